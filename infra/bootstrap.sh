@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Creates .venv and installs the locked dependencies on first use; a no-op afterwards
+# unless requirements/lock.txt or pyproject.toml changed. Checks for Java 17.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+java_major() {
+  local java="${JAVA_HOME:+$JAVA_HOME/bin/}java"
+  command -v "$java" >/dev/null 2>&1 || { echo 0; return; }
+  "$java" -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -n1
+}
+
+if [ "$(java_major)" -lt 17 ] 2>/dev/null || [ -z "$(java_major)" ]; then
+  if [ "${CI:-}" = "true" ] && [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null; then
+    echo "bootstrap: Java 17 missing, installing openjdk-17-jre-headless (CI)" >&2
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless >/dev/null
+  else
+    cat >&2 <<'MSG'
+bootstrap: Spark needs Java 17 (or newer) and none was found.
+  Debian/Ubuntu:  sudo apt-get install -y openjdk-17-jre-headless
+  macOS:          brew install openjdk@17
+  or point JAVA_HOME at a Java 17 installation.
+MSG
+    exit 1
+  fi
+fi
+
+PYTHON="${PYTHON:-$(command -v python3.11 || true)}"
+if [ -z "$PYTHON" ]; then
+  echo "bootstrap: Python 3.11 is required (python3.11 not found; set PYTHON=/path/to/python3.11)" >&2
+  exit 1
+fi
+
+stamp=".venv/.installed-$(cat requirements/lock.txt pyproject.toml | sha256sum | cut -c1-16)"
+if [ -f "$stamp" ]; then
+  exit 0
+fi
+echo "bootstrap: creating .venv and installing locked dependencies (first run takes a few minutes)" >&2
+[ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
+.venv/bin/python -m pip install -q --disable-pip-version-check uv==0.13.9
+# uv keeps built wheels (pyspark ships only as a source archive) in its cache: later installs reuse them.
+.venv/bin/uv pip install -q --python .venv/bin/python -r requirements/lock.txt
+.venv/bin/uv pip install -q --python .venv/bin/python --no-deps -e .
+rm -f .venv/.installed-*
+touch "$stamp"
+echo "bootstrap: done" >&2

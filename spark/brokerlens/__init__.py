@@ -1,0 +1,3 @@
+"""brokerlens: batch analytics over Apache Pulsar broker telemetry."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,24 @@
+"""`brokerlens build`: silver, then the gold tables, for one day."""
+
+from __future__ import annotations
+
+from datetime import date
+
+from .pipeline import resolve
+from .settings import Settings
+from .stage import StageResult
+
+# Order matters: gold steps read the silver tables of the day.
+BUILD_STEPS: tuple[tuple[str, str], ...] = (
+    ("silver", "brokerlens.silver:build_silver"),
+)
+
+
+def build_day(day: date, settings: Settings) -> StageResult:
+    result = StageResult("build", day)
+    for _, target in BUILD_STEPS:
+        step = resolve(target)(day, settings)
+        result.writes += step.writes
+        result.lines += step.lines
+        result.metrics.update(step.metrics)
+    return result

@@ -1,0 +1,182 @@
+"""The command line: the contract that tests, Airflow and users share.
+
+Imports of the stages are inside the commands so that ``--help`` is instant and a command
+starts Spark only when it needs it.
+"""
+
+from __future__ import annotations
+
+import sys
+from datetime import date, datetime
+from enum import Enum
+from typing import Annotated, Optional
+
+import typer
+
+from . import logs
+
+app = typer.Typer(
+    help="brokerlens: batch analytics over Apache Pulsar broker telemetry.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+DayOption = Annotated[
+    datetime, typer.Option("--date", "-d", formats=["%Y-%m-%d"], help="Day to process (UTC), YYYY-MM-DD.")
+]
+
+
+class Format(str, Enum):
+    table = "table"
+    csv = "csv"
+    json = "json"
+
+
+@app.callback()
+def _main(
+    verbose: Annotated[int, typer.Option("--verbose", "-v", count=True, help="More logging (stderr).")] = 0,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Warnings and errors only.")] = False,
+) -> None:
+    logs.configure(-1 if quiet else verbose)
+
+
+def _fail(message: str, code: int = 2) -> None:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def _day(value: datetime) -> date:
+    return value.date()
+
+
+def _run_stage(name: str, day: date, **kwargs) -> None:
+    from .pipeline import run_stage
+    from .stage import StageFailed
+
+    try:
+        result = run_stage(name, day, **kwargs)
+    except StageFailed as exc:
+        _fail(f"{name} {day.isoformat()} failed:\n{exc}", code=1)
+    typer.echo(result.render())
+
+
+@app.command("demo-data")
+def demo_data(
+    day: DayOption,
+    scale: Annotated[float, typer.Option(help="Size factor: 1 is a small cluster (a few MB).")] = 1.0,
+    seed: Annotated[int, typer.Option(help="Random seed: the same seed gives the same files.")] = 7,
+) -> None:
+    """Write a synthetic but realistic day of landing files in Pulsar's formats."""
+    _run_stage("demo-data", _day(day), scale=scale, seed=seed)
+
+
+@app.command()
+def collect(
+    admin_url: Annotated[Optional[str], typer.Option(help="Pulsar admin REST URL, e.g. http://broker:8080 (default: settings admin_url).")] = None,
+) -> None:
+    """Snapshot a live cluster's admin REST API into landing."""
+    from .pipeline import run_stage
+
+    typer.echo(run_stage("collect", None, admin_url=admin_url).render())
+
+
+@app.command()
+def land(day: DayOption) -> None:
+    """Landing files of DAY → bronze tables (+ quarantine)."""
+    _run_stage("land", _day(day))
+
+
+@app.command()
+def validate(day: DayOption) -> None:
+    """Run the Great Expectations suites on DAY's partitions; non-zero exit on a critical failure."""
+    _run_stage("validate", _day(day))
+
+
+@app.command()
+def build(day: DayOption) -> None:
+    """Silver and gold tables for DAY."""
+    _run_stage("build", _day(day))
+
+
+@app.command()
+def alert(
+    day: DayOption,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print what would be sent; send and record nothing.")] = False,
+) -> None:
+    """Evaluate hole-risk alerts for DAY and send the emails."""
+    _run_stage("alert", _day(day), dry_run=dry_run)
+
+
+@app.command()
+def report(day: DayOption) -> None:
+    """Write the self-contained HTML report for DAY."""
+    _run_stage("report", _day(day))
+
+
+@app.command()
+def run(day: DayOption) -> None:
+    """land → validate → build → alert → report for DAY (what the daily DAG does)."""
+    from .pipeline import DAILY_STAGES
+
+    for name in DAILY_STAGES:
+        _run_stage(name, _day(day))
+
+
+@app.command()
+def sql(
+    query: Annotated[Optional[str], typer.Argument(help="A Spark SQL query over the tables by name.")] = None,
+    fmt: Annotated[Format, typer.Option("--format", "-f", help="Output format.")] = Format.table,
+) -> None:
+    """Ad-hoc Spark SQL over every table by name (stdout holds only the result)."""
+    from .query import QueryError, format_rows, run_sql
+
+    if query is None:
+        _fail("give a query, e.g. brokerlens sql \"SELECT * FROM hole_alerts LIMIT 10\"")
+    try:
+        columns, rows = run_sql(query)
+    except QueryError as exc:
+        _fail(str(exc))
+    sys.stdout.write(format_rows(columns, rows, fmt.value) + "\n")
+
+
+@app.command()
+def tables() -> None:
+    """List the tables with their columns and latest version."""
+    from .tables import describe_tables
+
+    for info in describe_tables():
+        version = "not written yet" if info.version is None else f"version {info.version}"
+        typer.echo(f"{info.name}  [{info.layer}, {version}]  {info.description}")
+        for name, type_, description in info.columns:
+            typer.echo(f"    {name:<34} {type_:<22} {description}")
+
+
+@app.command("vacuum")
+def vacuum_cmd(
+    retention_hours: Annotated[int, typer.Option(help="Keep files that versions younger than this still reference.")] = 168,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="List what would be deleted.")] = False,
+) -> None:
+    """Delete unreferenced files (old versions, orphans of killed writes) from every table."""
+    from .schemas import table_schemas
+    from .tables import vacuum
+
+    for name in sorted(table_schemas()):
+        removed = vacuum(name, retention_hours=retention_hours, dry_run=dry_run)
+        if removed:
+            typer.echo(f"{name}: {'would delete' if dry_run else 'deleted'} {len(removed)} files")
+
+
+def main() -> None:
+    from .schemas import SchemaError
+    from .tables import TableError
+
+    try:
+        app()
+    except (TableError, SchemaError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

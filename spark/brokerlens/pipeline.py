@@ -1,0 +1,46 @@
+"""Stages by name: one entry point for the command line, Airflow tasks and tests.
+
+Each stage is a function ``(day, settings, **options) -> StageResult`` in its own module.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import time
+from datetime import date
+from typing import Callable
+
+from .settings import Settings, get_settings
+from .stage import StageResult
+
+log = logging.getLogger(__name__)
+
+STAGES: dict[str, str] = {
+    "demo-data": "brokerlens.demo:generate_day",
+    "collect": "brokerlens.collect:collect",
+    "land": "brokerlens.land:land_day",
+    "validate": "brokerlens.validate:validate_day",
+    "build": "brokerlens.build:build_day",
+    "alert": "brokerlens.alerting:alert_day",
+    "report": "brokerlens.report:report_day",
+}
+# What `brokerlens run` and the daily DAG do, in order.
+DAILY_STAGES = ("land", "validate", "build", "alert", "report")
+
+
+def resolve(target: str) -> Callable[..., StageResult]:
+    module, _, function = target.partition(":")
+    return getattr(importlib.import_module(module), function)
+
+
+def run_stage(name: str, day: date | None, settings: Settings | None = None, **options) -> StageResult:
+    if name not in STAGES:
+        raise KeyError(f"unknown stage {name!r}; stages are {', '.join(STAGES)}")
+    settings = settings or get_settings()
+    started = time.monotonic()
+    log.info("%s %s: starting", name, day or "")
+    result = resolve(STAGES[name])(day, settings, **options)
+    result.metrics.setdefault("seconds", round(time.monotonic() - started, 1))
+    log.info("%s %s: done in %ss", name, day or "", result.metrics["seconds"])
+    return result

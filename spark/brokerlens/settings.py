@@ -1,0 +1,133 @@
+"""Settings: one TOML file plus environment variables, over an embedded default that needs no setup.
+
+Precedence (highest first): environment (``BROKERLENS_*``, nested with ``__``, e.g.
+``BROKERLENS_SPARK__MASTER=spark://host:7077``), the settings file (``$BROKERLENS_CONFIG``, else
+``./brokerlens.toml`` when present), then the defaults below. Everything lives under
+``home`` (``$BROKERLENS_HOME``, default ``./var``) unless a path is set explicitly.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, Field, SecretStr
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+
+class SparkSettings(BaseModel):
+    master: str = "local[*]"
+    app_name: str = "brokerlens"
+    # Small default: a day of telemetry on one machine does not need 200 shuffle tasks.
+    shuffle_partitions: int = 8
+    driver_memory: str = "2g"
+    ui: bool = False
+    conf: dict[str, str] = Field(default_factory=dict)
+
+
+class SmtpSettings(BaseModel):
+    """SMTP relay. Airflow's SMTP connection (``smtp_conn_id``) wins when Airflow has it."""
+
+    host: str = "127.0.0.1"
+    port: int = 8025
+    user: str | None = None
+    password: SecretStr | None = None
+    starttls: bool = False
+    ssl: bool = False
+    timeout_seconds: float = 10.0
+    mail_from: str = "brokerlens@localhost"
+    smtp_conn_id: str = "smtp_default"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="BROKERLENS_", env_nested_delimiter="__", extra="ignore"
+    )
+
+    home: Path = Path("var")
+    landing_dir: Path | None = None
+    lake_dir: Path | None = None
+    quarantine_dir: Path | None = None
+    reports_dir: Path | None = None
+    outbox_dir: Path | None = None
+    # "delta-rs": Spark writes Parquet, delta-rs commits (works without Maven).
+    # "native": Spark's own format("delta"); needs the delta-spark JARs on the classpath.
+    table_format: Literal["delta-rs", "native"] = "delta-rs"
+    commit_retries: int = 20
+    spark: SparkSettings = Field(default_factory=SparkSettings)
+    smtp: SmtpSettings = Field(default_factory=SmtpSettings)
+    # Pulsar admin REST API for `brokerlens collect`; the token is a secret.
+    admin_url: str | None = None
+    admin_token: SecretStr | None = None
+    # Free-form sections owned by the stages (alerts, lint, ...); each stage validates its own.
+    alerts: dict = Field(default_factory=dict)
+    producers: dict = Field(default_factory=dict)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        config = settings_file()
+        if config is not None:
+            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=config))
+        return tuple(sources)
+
+    def path(self, name: str) -> Path:
+        """Resolved folder ``landing``, ``lake``, ``quarantine``, ``reports`` or ``outbox``."""
+        explicit = getattr(self, f"{name}_dir")
+        return Path(explicit if explicit is not None else self.home / name).resolve()
+
+    @property
+    def landing(self) -> Path:
+        return self.path("landing")
+
+    @property
+    def lake(self) -> Path:
+        return self.path("lake")
+
+    @property
+    def quarantine(self) -> Path:
+        return self.path("quarantine")
+
+    @property
+    def reports(self) -> Path:
+        return self.path("reports")
+
+    @property
+    def outbox(self) -> Path:
+        return self.path("outbox")
+
+
+def settings_file() -> Path | None:
+    explicit = os.environ.get("BROKERLENS_CONFIG")
+    if explicit:
+        path = Path(explicit)
+        if not path.is_file():
+            raise FileNotFoundError(f"BROKERLENS_CONFIG points at {path}, which is not a file")
+        return path
+    default = Path("brokerlens.toml")
+    return default if default.is_file() else None
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    return Settings()
+
+
+def reload_settings() -> Settings:
+    """Forget the cached settings (tests and the CLI change the environment)."""
+    get_settings.cache_clear()
+    return get_settings()

@@ -1,0 +1,50 @@
+"""One SparkSession for the whole test session; a fresh BROKERLENS_HOME for every test."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+# Tests must not pick up a developer's settings file.
+os.environ.pop("BROKERLENS_CONFIG", None)
+
+
+@pytest.fixture(scope="session")
+def spark():
+    from brokerlens.settings import Settings
+    from brokerlens.spark import get_spark
+
+    session = get_spark(Settings(spark={"shuffle_partitions": 4, "driver_memory": "3g"}))
+    yield session
+    session.stop()
+
+
+@pytest.fixture(autouse=True)
+def brokerlens_home(tmp_path, monkeypatch):
+    """Every test gets its own landing, lake, reports and outbox under tmp_path."""
+    from brokerlens.settings import reload_settings
+
+    home = tmp_path / "var"
+    monkeypatch.setenv("BROKERLENS_HOME", str(home))
+    monkeypatch.chdir(tmp_path)
+    reload_settings()
+    yield home
+    reload_settings()
+
+
+@pytest.fixture
+def settings(brokerlens_home):
+    from brokerlens.settings import get_settings
+
+    return get_settings()
+
+
+@pytest.fixture
+def brokerlens_command():
+    """argv for the installed `brokerlens` command, for tests that run it as a user would."""
+    return lambda *args: [str(Path(sys.executable).with_name("brokerlens")), *args]

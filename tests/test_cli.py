@@ -1,0 +1,62 @@
+"""The command line as a user runs it: stdout holds only the answer, errors exit non-zero."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from datetime import date
+
+from typer.testing import CliRunner
+
+from brokerlens import cli
+from brokerlens.tables import table_schema, write_table
+
+
+def seed_quarantine(spark):
+    from datetime import datetime
+
+    rows = [(date(2026, 11, 21), "land", "dispatch", "d.jsonl", i, r, None, "{}", datetime(2026, 11, 21, 1))
+            for i, r in enumerate(["duplicate", "duplicate", "negative-counter"], start=1)]
+    write_table(spark.createDataFrame(rows, table_schema("quarantine").struct), "quarantine", "append")
+
+
+def test_sql_json_prints_only_a_json_array(spark, brokerlens_command):
+    seed_quarantine(spark)
+    proc = subprocess.run(
+        brokerlens_command("sql", "--format", "json",
+                           "SELECT reason, count(*) AS n, min(day) AS day FROM quarantine GROUP BY reason ORDER BY reason"),
+        capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == [
+        {"reason": "duplicate", "n": 2, "day": "2026-11-21"},
+        {"reason": "negative-counter", "n": 1, "day": "2026-11-21"},
+    ]
+
+
+def test_sql_csv_and_table(spark):
+    seed_quarantine(spark)
+    runner = CliRunner()
+    out = runner.invoke(cli.app, ["sql", "-f", "csv", "SELECT line, reason FROM quarantine ORDER BY line"])
+    assert out.exit_code == 0, out.output
+    assert out.stdout.splitlines() == ["line,reason", "1,duplicate", "2,duplicate", "3,negative-counter"]
+    out = runner.invoke(cli.app, ["sql", "SELECT count(*) AS n FROM quarantine"])
+    assert out.exit_code == 0 and "3 rows" not in out.stdout and "1 row" in out.stdout
+
+
+def test_sql_unknown_table_and_bad_sql_fail_clearly(spark):
+    runner = CliRunner()
+    out = runner.invoke(cli.app, ["sql", "SELECT * FROM no_such_table"])
+    assert out.exit_code == 2
+    assert "unknown table no_such_table; tables are:" in out.stderr and "quarantine" in out.stderr
+    out = runner.invoke(cli.app, ["sql", "SELEC oops FROM"])
+    assert out.exit_code == 2 and "SQL syntax error" in out.stderr
+    assert out.stdout == ""
+
+
+def test_tables_lists_every_table_with_columns(spark):
+    seed_quarantine(spark)
+    out = CliRunner().invoke(cli.app, ["tables"])
+    assert out.exit_code == 0
+    assert "quarantine  [bronze, version 0]" in out.stdout
+    assert "source_file" in out.stdout
