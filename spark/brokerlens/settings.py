@@ -46,6 +46,48 @@ class SmtpSettings(BaseModel):
     smtp_conn_id: str = "smtp_default"
 
 
+class AlertOverride(BaseModel):
+    """Hole-alert settings for one cluster and/or namespace; the most specific match wins per key.
+
+    ``namespace`` is ``tenant/namespace``; with both set, both must match.
+    """
+
+    cluster: str | None = None
+    namespace: str | None = None
+    # managedLedgerMaxUnackedRangesToPersist to assume (wins over the policies' broker config).
+    cap: int | None = Field(default=None, gt=0)
+    warning_ranges: int | None = Field(default=None, gt=0)
+    horizon_hours: float | None = Field(default=None, gt=0)
+
+
+class RecipientGroup(BaseModel):
+    name: str
+    # Globs over "tenant/namespace" (fnmatch), e.g. "payments/*"; empty: matches nothing.
+    namespaces: list[str] = Field(default_factory=list)
+    to: list[str] = Field(min_length=1)
+
+
+class AlertSettings(BaseModel):
+    """Hole-risk alerts (DESIGN.md "Unacked ranges and holes", seed 004)."""
+
+    # Seed 004 advises alerting from 8,000-10,000 ranges; the cap default is Pulsar's 10,000.
+    warning_ranges: int = Field(default=8000, gt=0)
+    default_cap: int = Field(default=10000, gt=0)
+    horizon_hours: float = Field(default=24.0, gt=0)
+    # Growth is the least-squares slope over the snapshots of the last growth_window_hours.
+    growth_window_hours: float = Field(default=6.0, gt=0)
+    growth_min_snapshots: int = Field(default=3, ge=2)
+    overrides: list[AlertOverride] = Field(default_factory=list)
+    # An alert goes to every group whose globs match its namespace, else to default_group.
+    groups: list[RecipientGroup] = Field(default_factory=list)
+    default_group: RecipientGroup = Field(
+        default_factory=lambda: RecipientGroup(name="default", to=["pulsar-ops@localhost"])
+    )
+    # Unchanged (ongoing) alerts are mailed again after this many days; 0: never.
+    reminder_days: int = Field(default=3, ge=0)
+    subject_prefix: str = "[brokerlens]"
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="BROKERLENS_", env_nested_delimiter="__", extra="ignore"
@@ -67,7 +109,7 @@ class Settings(BaseSettings):
     admin_url: str | None = None
     admin_token: SecretStr | None = None
     # Free-form sections owned by the stages (alerts, lint, ...); each stage validates its own.
-    alerts: dict = Field(default_factory=dict)
+    alerts: AlertSettings = Field(default_factory=AlertSettings)
     producers: dict = Field(default_factory=dict)
 
     @classmethod
