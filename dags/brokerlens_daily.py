@@ -1,0 +1,38 @@
+"""
+### brokerlens_daily
+
+One run per day, for the day that just ended (`{{ ds }}`): **land → validate → build → alert →
+report**, each a `brokerlens <stage> --date {{ ds }}` submitted with spark-submit through the
+`spark_default` connection (local master by default; a cluster is a connection change).
+
+- Catch-up and backfill: `BROKERLENS_START_DATE` (YYYY-MM-DD) is the first day;
+  `airflow backfill create --dag-id brokerlens_daily --from-date ... --to-date ...` reruns days.
+  `build` and `alert` wait for the previous day's (closing dispatch debt, alert state).
+- A step that fails on its data (a critical expectation) fails at once; other failures are
+  retried with exponential back-off. A failed step stops the later ones and mails
+  `BROKERLENS_FAILURE_EMAIL` through the `smtp_default` connection.
+- Each step declares the tables it writes as assets (`brokerlens.<table>`).
+"""
+
+from airflow.sdk import DAG, CronDataIntervalTimetable
+
+from brokerlens import airflow_support as bl
+
+with DAG(
+    dag_id="brokerlens_daily",
+    # Data intervals: the run for day D starts after D ends and has logical date D ({{ ds }}).
+    schedule=CronDataIntervalTimetable("@daily", timezone="UTC"),
+    start_date=bl.start_date(),
+    catchup=bl.env_flag("BROKERLENS_CATCHUP", True),
+    max_active_runs=bl.env_int("BROKERLENS_MAX_ACTIVE_RUNS", 4),
+    default_args=bl.default_args(),
+    doc_md=__doc__,
+    tags=["brokerlens"],
+):
+    land = bl.StageSubmitOperator(stage="land")
+    validate = bl.StageSubmitOperator(stage="validate")
+    build = bl.StageSubmitOperator(stage="build", depends_on_past=True)
+    alert = bl.StageSubmitOperator(stage="alert", depends_on_past=True)
+    report = bl.StageSubmitOperator(stage="report")
+
+    land >> validate >> build >> alert >> report

@@ -1,0 +1,219 @@
+"""How a brokerlens stage becomes an Airflow task; the DAG files in ``dags/`` only wire these.
+
+- :class:`StageSubmitOperator` runs ``brokerlens <stage> --date {{ ds }}`` with spark-submit
+  (``brokerlens/submit.py``): the master comes from the ``spark_default`` connection, so moving
+  to a cluster changes the connection, not the code. The stage's summary (rows in and out,
+  quarantined, alerts sent) is on the command's stdout, which the operator copies to the task log.
+- :func:`stage_assets`: the Delta tables a stage writes, as Airflow assets, so that other DAGs
+  can be scheduled on them (``schedule=[Asset.ref(name="brokerlens.hole_alerts")]``).
+- :func:`notify_failure`: the ``on_failure_callback``, one mail through the SMTP connection.
+
+Importing this module reads the table schemas and nothing else: no database, Spark or network.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections import deque
+from datetime import datetime, timedelta, timezone
+from html import escape
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import Asset
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+from .schemas import table_schemas
+
+log = logging.getLogger(__name__)
+
+SUBMIT_APP = Path(__file__).with_name("submit.py")
+LOG4J = Path(__file__).with_name("log4j2.properties")
+# brokerlens/submit.py exit code for StageFailed: the data will not change on a retry.
+STAGE_FAILED_EXIT = 1
+
+SPARK_CONN_ID = "spark_default"
+SMTP_CONN_ID = os.environ.get("BROKERLENS_SMTP__SMTP_CONN_ID", "smtp_default")
+
+# Which stage writes a table follows from its layer in schemas/tables/*.yaml; the exceptions
+# are named here.
+_LAYER_STAGE = {"bronze": "land", "silver": "build", "gold": "build", "state": "build"}
+_TABLE_STAGE = {"alert_notifications": "alert"}
+REPORT_ASSET = Asset(name="brokerlens.daily_report", uri="x-brokerlens://reports/daily")
+
+
+def table_asset(table: str) -> Asset:
+    """The asset of a brokerlens table: named by the table, located by the lake (not a path,
+    which differs between a laptop and production)."""
+    return Asset(
+        name=f"brokerlens.{table}",
+        uri=f"x-brokerlens://lake/{table}",
+        extra={"layer": table_schemas()[table].layer},
+    )
+
+
+def stage_tables(stage: str) -> list[str]:
+    return sorted(
+        name
+        for name, schema in table_schemas().items()
+        if _TABLE_STAGE.get(name, _LAYER_STAGE.get(schema.layer)) == stage
+    )
+
+
+def stage_assets(stage: str) -> list[Asset]:
+    assets = [table_asset(t) for t in stage_tables(stage)]
+    return assets + [REPORT_ASSET] if stage == "report" else assets
+
+
+def start_date() -> datetime:
+    """First day the daily DAG processes (``BROKERLENS_START_DATE``, YYYY-MM-DD)."""
+    day = datetime.strptime(os.environ.get("BROKERLENS_START_DATE", "2026-11-01"), "%Y-%m-%d")
+    return day.replace(tzinfo=timezone.utc)
+
+
+def env_flag(name: str, default: bool) -> bool:
+    value = os.environ.get(name)
+    return default if value is None else value.strip().lower() in ("1", "true", "yes", "on")
+
+
+def env_int(name: str, default: int) -> int:
+    return int(os.environ.get(name, default))
+
+
+def spark_conf() -> dict[str, str]:
+    """Spark settings every stage needs whatever the cluster: brokerlens's quiet log4j setup
+    (driver in client mode), UTC. The rest comes from the connection and spark-defaults.conf."""
+    java_opts = f"-Dlog4j2.configurationFile=file:{LOG4J} -Duser.timezone=UTC"
+    return {"spark.driver.extraJavaOptions": java_opts}
+
+
+def _tee(lines: Iterable[str], tail: deque[str]) -> Iterator[str]:
+    for line in lines:
+        tail.append(line.rstrip("\n"))
+        yield line
+
+
+class StageSubmitOperator(SparkSubmitOperator):
+    """``brokerlens <stage> --date {{ ds }}`` through spark-submit.
+
+    A stage that fails on its data (exit code 1, e.g. a critical expectation) fails the task at
+    once with the stage's own summary as the error; any other failure (a lost JVM, a busy
+    cluster) is retried with back-off.
+    """
+
+    def __init__(self, *, stage: str, **kwargs: Any) -> None:
+        kwargs.setdefault("task_id", stage)
+        kwargs.setdefault("outlets", stage_assets(stage))
+        kwargs.setdefault("conn_id", SPARK_CONN_ID)
+        super().__init__(
+            application=str(SUBMIT_APP),
+            application_args=[stage, "--date", "{{ ds }}"],
+            name=f"brokerlens-{stage}-{{{{ ds }}}}",
+            conf=spark_conf(),
+            **kwargs,
+        )
+        self.stage = stage
+
+    def execute(self, context: Any) -> None:
+        tail: deque[str] = deque(maxlen=60)
+        self._hook = self._get_hook()
+        process_log = self._hook._process_spark_submit_log
+        # Keep the end of the command's output: the CLI's error summary goes into the failure mail.
+        self._hook._process_spark_submit_log = lambda itr: process_log(_tee(itr, tail))
+        try:
+            super().execute(context)
+        except AirflowException as exc:
+            process = self._hook._submit_sp
+            summary = _error_summary(tail)
+            if process is not None and process.returncode == STAGE_FAILED_EXIT:
+                raise AirflowFailException(f"{self.stage} failed (not retried):\n{summary}") from exc
+            raise AirflowException(f"{self.stage} failed:\n{summary}") from exc
+
+
+def _error_summary(tail: Iterable[str]) -> str:
+    """From the CLI's ``error:`` line on (its readable summary), else the last lines of output."""
+    lines = list(tail)
+    starts = [i for i, line in enumerate(lines) if line.startswith("error:")]
+    return "\n".join(lines[starts[-1]:] if starts else lines[-20:])
+
+
+def default_args() -> dict[str, Any]:
+    return {
+        "owner": "brokerlens",
+        "retries": env_int("BROKERLENS_DAG_RETRIES", 2),
+        "retry_delay": timedelta(minutes=2),
+        "retry_exponential_backoff": 2.0,
+        "max_retry_delay": timedelta(minutes=30),
+        "execution_timeout": timedelta(hours=4),
+        "on_failure_callback": notify_failure,
+    }
+
+
+def failure_recipients() -> list[str]:
+    """``BROKERLENS_FAILURE_EMAIL`` (comma-separated), else the alerts' default group."""
+    explicit = os.environ.get("BROKERLENS_FAILURE_EMAIL")
+    if explicit:
+        return [a.strip() for a in explicit.split(",") if a.strip()]
+    from .settings import get_settings
+
+    return list(get_settings().alerts.default_group.to)
+
+
+def failure_message(context: dict[str, Any]) -> tuple[str, str, str]:
+    """(subject, plain text, html) of the failure notification."""
+    ti = context["ti"]
+    day = context.get("ds") or "-"
+    error = str(context.get("exception") or "unknown error")
+    subject = f"[brokerlens] {ti.dag_id} {day}: {ti.task_id} failed"
+    facts = [
+        ("DAG", ti.dag_id),
+        ("step", ti.task_id),
+        ("day", day),
+        ("run", ti.run_id),
+        ("try", str(ti.try_number)),
+        ("log", getattr(ti, "log_url", "")),
+    ]
+    downstream = sorted(context["task"].get_flat_relative_ids(upstream=False))
+    note = f"Not run: {', '.join(downstream)}." if downstream else ""
+    text = "\n".join([f"{k}: {v}" for k, v in facts] + ["", error, "", note]).strip() + "\n"
+    rows = "".join(f"<tr><th align=left>{escape(k)}</th><td>{escape(v)}</td></tr>" for k, v in facts)
+    html = f"<html><body><table>{rows}</table><pre>{escape(error)}</pre><p>{escape(note)}</p></body></html>"
+    return subject, text, html
+
+
+def notify_failure(context: dict[str, Any]) -> None:
+    """Mail which step failed, for which day, why, and what did not run, via the SMTP connection."""
+    from airflow.providers.smtp.hooks.smtp import SmtpHook
+
+    subject, text, html = failure_message(context)
+    with SmtpHook(smtp_conn_id=SMTP_CONN_ID) as smtp:
+        smtp.send_email_smtp(
+            to=failure_recipients(),
+            subject=subject,
+            html_content=html,
+            from_email=smtp.from_email or _mail_from(),
+        )
+    log.info("failure notification sent: %s", subject)
+
+
+def _mail_from() -> str:
+    from .settings import get_settings
+
+    return get_settings().smtp.mail_from
+
+
+def collect_schedule() -> str | None:
+    """Every ``BROKERLENS_COLLECT_EVERY_MINUTES`` (default 5) when a cluster admin URL is
+    configured (``BROKERLENS_ADMIN_URL``); otherwise the collection DAG never runs by itself."""
+    if not os.environ.get("BROKERLENS_ADMIN_URL"):
+        return None
+    return f"*/{env_int('BROKERLENS_COLLECT_EVERY_MINUTES', 5)} * * * *"
+
+
+def collect_snapshot() -> None:
+    """One ``brokerlens collect`` (HTTP only, no Spark), its summary in the task log."""
+    from .pipeline import run_stage
+
+    log.info("%s", run_stage("collect", None).render())
