@@ -88,6 +88,25 @@ class AlertSettings(BaseModel):
     subject_prefix: str = "[brokerlens]"
 
 
+class PublishRateLimit(BaseModel):
+    """A publish-rate limit per topic partition, in EMQX notation (seed 001: "1000", "100KB,10s")."""
+
+    # "tenant/namespace" or a topic ("persistent://tenant/ns/topic"); a topic entry wins.
+    scope: str
+    msgs: str | None = None
+    bytes: str | None = None
+
+
+class ProducerSettings(BaseModel):
+    """Producer lint and health (DESIGN.md "Producers and token buckets", seeds 003 and 001)."""
+
+    # A snapshot is "near the limit" at this share of the pending-queue limit.
+    saturation_threshold: float = Field(default=0.9, gt=0, le=1)
+    # Client statsIntervalSeconds: the span each ProducerStats snapshot counts over.
+    stats_interval_seconds: float = Field(default=60.0, gt=0)
+    publish_rate_limits: list[PublishRateLimit] = Field(default_factory=list)
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="BROKERLENS_", env_nested_delimiter="__", extra="ignore"
@@ -110,7 +129,7 @@ class Settings(BaseSettings):
     admin_token: SecretStr | None = None
     # Free-form sections owned by the stages (alerts, lint, ...); each stage validates its own.
     alerts: AlertSettings = Field(default_factory=AlertSettings)
-    producers: dict = Field(default_factory=dict)
+    producers: ProducerSettings = Field(default_factory=ProducerSettings)
 
     @classmethod
     def settings_customise_sources(
