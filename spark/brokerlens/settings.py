@@ -107,6 +107,18 @@ class ProducerSettings(BaseModel):
     publish_rate_limits: list[PublishRateLimit] = Field(default_factory=list)
 
 
+class ReportSettings(BaseModel):
+    """The daily HTML report (`brokerlens report`)."""
+
+    # Charts are drawn for this many worst dispatch scopes and subscriptions closest to the cap.
+    top_scopes: int = Field(default=5, ge=1)
+    top_subscriptions: int = Field(default=5, ge=1)
+    # Longest table in a section; the report says when rows were left out.
+    max_rows: int = Field(default=25, ge=1)
+    # Days of cursor_ranges (the report's day included) in the trend charts.
+    trend_days: int = Field(default=3, ge=1)
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="BROKERLENS_", env_nested_delimiter="__", extra="ignore"
@@ -130,6 +142,7 @@ class Settings(BaseSettings):
     # Free-form sections owned by the stages (alerts, lint, ...); each stage validates its own.
     alerts: AlertSettings = Field(default_factory=AlertSettings)
     producers: ProducerSettings = Field(default_factory=ProducerSettings)
+    report: ReportSettings = Field(default_factory=ReportSettings)
 
     @classmethod
     def settings_customise_sources(
