@@ -5,9 +5,12 @@ One run per day, for the day that just ended (`{{ ds }}`): **land â†’ validate â
 report**, each a `brokerlens <stage> --date {{ ds }}` submitted with spark-submit through the
 `spark_default` connection (local master by default; a cluster is a connection change).
 
-- Catch-up and backfill: `BROKERLENS_START_DATE` (YYYY-MM-DD) is the first day;
-  `airflow backfill create --dag-id brokerlens_daily --from-date ... --to-date ...` reruns days.
-  `build` and `alert` wait for the previous day's (closing dispatch debt, alert state).
+- Catch-up and backfill: `BROKERLENS_START_DATE` (YYYY-MM-DD, default 2026-11-01) is the first
+  day, `BROKERLENS_CATCHUP=false` turns catch-up off; to (re)run days:
+  `airflow backfill create --dag-id brokerlens_daily --from-date A --to-date B --reprocess-behavior completed`
+  (a re-run of a day replaces its partitions and sends no mail twice). `build` and `alert` wait
+  for the previous day's (closing dispatch debt, alert state); the other steps of different
+  days run in parallel (`BROKERLENS_MAX_ACTIVE_RUNS`, default 4).
 - A step that fails on its data (a critical expectation) fails at once; other failures are
   retried with exponential back-off. A failed step stops the later ones and mails
   `BROKERLENS_FAILURE_EMAIL` through the `smtp_default` connection.

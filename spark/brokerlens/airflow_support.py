@@ -41,7 +41,7 @@ SMTP_CONN_ID = os.environ.get("BROKERLENS_SMTP__SMTP_CONN_ID", "smtp_default")
 # are named here.
 _LAYER_STAGE = {"bronze": "land", "silver": "build", "gold": "build", "state": "build"}
 _TABLE_STAGE = {"alert_notifications": "alert"}
-REPORT_ASSET = Asset(name="brokerlens.daily_report", uri="x-brokerlens://reports/daily")
+REPORT_ASSET = Asset(name="brokerlens.daily_report", uri="x-brokerlens://reports/daily_report")
 
 
 def table_asset(table: str) -> Asset:
