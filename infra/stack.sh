@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# The local stack: Airflow standalone (web UI on 127.0.0.1), an SMTP server that keeps received
+# mail as files, and Spark defaults from infra/spark/. Everything lives under $BROKERLENS_HOME
+# (default ./var): airflow/ (AIRFLOW_HOME, sqlite), mail/ (received mail), stack/ (pids, logs).
+#
+#   infra/stack.sh up            start the SMTP sink and Airflow standalone, print the UI address
+#   infra/stack.sh down          stop what `up` started
+#   infra/stack.sh status        what is running
+#   infra/stack.sh run-day DAY   run the daily DAG once for DAY (airflow dags test), with the
+#                                SMTP sink receiving the mail; print where the outputs are
+#
+# Ports: AIRFLOW_PORT (8080), BROKERLENS_SMTP__PORT (8025). Connections come from the
+# environment (AIRFLOW_CONN_SPARK_DEFAULT, AIRFLOW_CONN_SMTP_DEFAULT) unless already set.
+set -euo pipefail
+
+REPO="$(cd "$(dirname "$0")/.." && pwd)"
+export BROKERLENS_HOME="${BROKERLENS_HOME:-$REPO/var}"
+mkdir -p "$BROKERLENS_HOME"
+BROKERLENS_HOME="$(cd "$BROKERLENS_HOME" && pwd)"
+export AIRFLOW_HOME="${AIRFLOW_HOME:-$BROKERLENS_HOME/airflow}"
+STATE="$BROKERLENS_HOME/stack"
+MAILDIR="$BROKERLENS_HOME/mail"
+AIRFLOW_PORT="${AIRFLOW_PORT:-8080}"
+SMTP_PORT="${BROKERLENS_SMTP__PORT:-8025}"
+
+# spark-submit and the python it starts are the virtualenv's.
+export PATH="$REPO/.venv/bin:$PATH"
+export SPARK_CONF_DIR="${SPARK_CONF_DIR:-$REPO/infra/spark}"
+export SPARK_LOCAL_IP="${SPARK_LOCAL_IP:-127.0.0.1}"
+export AIRFLOW__CORE__DAGS_FOLDER="$REPO/dags"
+export AIRFLOW__CORE__LOAD_EXAMPLES=False
+export AIRFLOW__API__HOST=127.0.0.1
+export AIRFLOW__API__PORT="$AIRFLOW_PORT"
+export AIRFLOW__API__BASE_URL="http://127.0.0.1:$AIRFLOW_PORT"
+export AIRFLOW__CORE__EXECUTION_API_SERVER_URL="http://127.0.0.1:$AIRFLOW_PORT/execution/"
+local_spark='{"conn_type": "spark", "host": "local[*]"}'
+local_smtp='{"conn_type": "smtp", "host": "127.0.0.1", "port": '"$SMTP_PORT"', "extra": {"disable_tls": true, "disable_ssl": true, "from_email": "brokerlens@localhost"}}'
+export AIRFLOW_CONN_SPARK_DEFAULT="${AIRFLOW_CONN_SPARK_DEFAULT:-$local_spark}"
+export AIRFLOW_CONN_SMTP_DEFAULT="${AIRFLOW_CONN_SMTP_DEFAULT:-$local_smtp}"
+export BROKERLENS_SMTP__HOST="${BROKERLENS_SMTP__HOST:-127.0.0.1}"
+export BROKERLENS_SMTP__PORT="$SMTP_PORT"
+
+alive() { [ -f "$STATE/$1.pid" ] && kill -0 "$(cat "$STATE/$1.pid")" 2>/dev/null; }
+
+wait_for() {  # wait_for SECONDS DESCRIPTION COMMAND...: poll until COMMAND succeeds
+  local deadline=$((SECONDS + $1)) what="$2"; shift 2
+  until "$@" >/dev/null 2>&1; do
+    if [ "$SECONDS" -ge "$deadline" ]; then echo "stack: $what did not come up; see $STATE/" >&2; return 1; fi
+    sleep 1
+  done
+}
+
+start_smtp() {
+  mkdir -p "$STATE" "$MAILDIR"
+  if alive smtp; then return 0; fi
+  # setsid: its own process group, so that `down` stops it and nothing else.
+  setsid python "$REPO/infra/smtp_sink.py" --port "$SMTP_PORT" --maildir "$MAILDIR" \
+    >"$STATE/smtp.log" 2>&1 </dev/null &
+  echo $! >"$STATE/smtp.pid"
+  wait_for 20 "SMTP sink" grep -q "^listening on" "$STATE/smtp.log"
+}
+
+group_alive() {  # any live (non-zombie) process left in process group $1
+  ps -eo pgid=,stat= | awk -v g="$1" '$1 == g && $2 !~ /^Z/ {found = 1} END {exit !found}'
+}
+
+stop() {  # stop NAME: TERM its process group (Airflow's scheduler, API server...), KILL after 60 s
+  local name="$1" pid
+  [ -f "$STATE/$name.pid" ] || return 0
+  pid="$(cat "$STATE/$name.pid")"
+  if group_alive "$pid"; then
+    kill -TERM -- "-$pid" 2>/dev/null || true
+    for _ in $(seq 60); do group_alive "$pid" || break; sleep 1; done
+    if group_alive "$pid"; then kill -KILL -- "-$pid" 2>/dev/null || true; fi
+    echo "stack: stopped $name"
+  fi
+  rm -f "$STATE/$name.pid"
+}
+
+migrate_once() {
+  [ -f "$AIRFLOW_HOME/airflow.db" ] && return 0
+  mkdir -p "$AIRFLOW_HOME"
+  echo "stack: creating the Airflow database in $AIRFLOW_HOME" >&2
+  airflow db migrate >"$STATE/migrate.log" 2>&1 || { cat "$STATE/migrate.log" >&2; return 1; }
+}
+
+up() {
+  start_smtp
+  echo "stack: SMTP sink on 127.0.0.1:$SMTP_PORT, mail kept in $MAILDIR"
+  if ! alive airflow; then
+    mkdir -p "$AIRFLOW_HOME"
+    # Two cores are enough for one day's run: a few task slots, not Airflow's default 32.
+    AIRFLOW__CORE__PARALLELISM="${AIRFLOW__CORE__PARALLELISM:-4}" \
+      setsid airflow standalone >"$STATE/airflow.log" 2>&1 </dev/null &
+    echo $! >"$STATE/airflow.pid"
+    wait_for 180 "Airflow" curl -fsS "http://127.0.0.1:$AIRFLOW_PORT/api/v2/monitor/health"
+  fi
+  echo "stack: Airflow UI on http://127.0.0.1:$AIRFLOW_PORT (user admin; password in $AIRFLOW_HOME/simple_auth_manager_passwords.json.generated)"
+  echo "stack: DAGs from $REPO/dags (paused at creation: unpause brokerlens_daily to start catch-up from \$BROKERLENS_START_DATE); logs in $STATE/"
+}
+
+status() {
+  for name in smtp airflow; do
+    if alive "$name"; then echo "$name: running (pid $(cat "$STATE/$name.pid"))"; else echo "$name: stopped"; fi
+  done
+}
+
+run_day() {
+  local day="$1" started_smtp=0 marker
+  mkdir -p "$STATE"
+  if ! alive smtp; then start_smtp; started_smtp=1; fi
+  [ "$started_smtp" = 1 ] && trap 'stop smtp >/dev/null' EXIT
+  migrate_once
+  marker="$STATE/run-$day.started"; touch "$marker"
+  echo "stack: airflow dags test brokerlens_daily $day (full log: $STATE/run-$day.log)"
+  local rc=0
+  airflow dags test brokerlens_daily "$day" 2>&1 | tee "$STATE/run-$day.log" || rc=$?
+  echo
+  echo "tables:   $BROKERLENS_HOME/lake/ ($(find "$BROKERLENS_HOME/lake" -mindepth 1 -maxdepth 1 -type d 2>/dev/null | wc -l) Delta tables; brokerlens tables, brokerlens sql \"...\")"
+  echo "report:   $(find "$BROKERLENS_HOME/reports" -type f -newer "$marker" 2>/dev/null | sort | tr '\n' ' ')"
+  echo "mail:     $(find "$MAILDIR" -name '*.eml' -newer "$marker" 2>/dev/null | wc -l) message(s) received in $MAILDIR:"
+  find "$MAILDIR" -name '*.eml' -newer "$marker" 2>/dev/null | sort | while read -r f; do
+    echo "          $f  $(grep -m1 '^Subject:' "$f" | cut -c1-100)"
+  done
+  echo "task log: $STATE/run-$day.log"
+  return "$rc"
+}
+
+case "${1:-}" in
+  up) up ;;
+  down) stop airflow; stop smtp ;;
+  status) status ;;
+  run-day) [ -n "${2:-}" ] || { echo "usage: $0 run-day YYYY-MM-DD" >&2; exit 2; }; run_day "$2" ;;
+  *) echo "usage: $0 up|down|status|run-day YYYY-MM-DD" >&2; exit 2 ;;
+esac
