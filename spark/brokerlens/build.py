@@ -11,6 +11,7 @@ from .stage import StageResult
 # Order matters: gold steps read the silver tables of the day.
 BUILD_STEPS: tuple[tuple[str, str], ...] = (
     ("silver", "brokerlens.silver:build_silver"),
+    ("dispatch", "brokerlens.dispatch:build_dispatch"),
     ("holes", "brokerlens.holes:build_holes"),
 )
 

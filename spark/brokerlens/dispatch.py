@@ -1,0 +1,621 @@
+"""Dispatch throttling: ``dispatch_periods``, ``dispatch_daily`` and ``debt_state`` (DESIGN.md
+"Dispatch throttling", seeds 000/002).
+
+Pulsar's dispatch rate limiter lets a period overshoot and charges the excess to the following
+periods. With quota q per period (``ratePeriodInSecond``)::
+
+    allowed  = max(0, q - debt_in)
+    over     = max(0, delivered - allowed)
+    debt_out = max(0, debt_in + delivered - q)
+
+This is Lindley's recursion. With S_t the running sum of (delivered - quota) and P_t the value
+just before row t (after the empty periods since the previous row drained the debt),
+``debt_out_t = S_t - min(0, min_k P_k, min_k S_k)``. Both are computed with window functions:
+
+* Empty periods are never materialised. Quota is integrated over time from ``rate_limits``
+  (``Q(t)``: the quota of all periods before t, per limit scope), so a gap of any length, with
+  any quota changes inside it, drains ``Q(start) - Q(previous end)`` in one step. Because the
+  drain within a gap is monotone, the running minimum taken at the rows is exact.
+* An unlimited limit (Pulsar's value <= 0, null in ``rate_limits``) means no limiter: no over,
+  no debt. Each unlimited stretch starts a new segment (``seg``: the number of unlimited limits
+  started so far); the running minimum is taken over ``struct(-seg, value)`` so that it only
+  sees rows of the newest segment: the debt restarts from 0 after a stretch without limit.
+* The opening debt (previous day's ``debt_state``) enters as a zero-length row at midnight that
+  "delivered" the debt, so no join with the big data is needed.
+* One shuffle: partition by scope, sort by period, two stacked window operators with the same
+  specification (running sum, then running minimum), no Python on the hot path.
+
+A quota change takes effect at the next period start (``valid_from`` rounded up to the period
+grid). For counter-derived rows (grain ``scrape``) the quota of an interval is the limit
+prorated to its length (rounded to whole messages and bytes), using the limit in force at the
+interval's start.
+
+Starved: a row whose allowance (messages or bytes) is 0. Only rows with a record count: a record
+shows the scope was being dispatched; empty periods show no demand and are never counted.
+
+Re-building a day in the middle of a run of days: after writing the day, the closing debt is
+compared with the one stored before; if it changed and the next day is built, that day is
+re-built from the new debt, and so on while the debt keeps changing (``build_dispatch``).
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import date, timedelta
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+
+from .settings import Settings
+from .stage import StageResult
+from .tables import read_table, write_table
+
+log = logging.getLogger(__name__)
+
+SCOPE = ["level", "cluster", "broker", "topic", "subscription"]
+# Measures: (prefix used in column names, limit column in rate_limits, delivered amount column).
+MEASURES = (("msgs", "msg"), ("bytes", "byte"))
+_US = 1_000_000
+
+
+# ------------------------------------------------------------------------- limits over time
+
+
+def limit_timeline(limits: DataFrame) -> DataFrame:
+    """rate_limits as a timeline per limit scope, with the quota integrated over time.
+
+    One row per limit scope (``lk_level, lk_cluster, lk_key``: the broker at broker level, the
+    topic partition at topic and subscription level) and effective start (``eff_from_us``,
+    ``valid_from`` rounded up to the period grid; of two changes within one period the later
+    one is in force at the period start). ``eff_to_us`` is the next start, null for the last row
+    (which stays in force). ``{m}_cum``: quota of all periods before ``eff_from_us``;
+    ``{m}_seg``: number of unlimited rows so far (inclusive).
+    """
+    p_us = F.col("period_seconds").cast("long") * F.lit(_US)
+    key = ["lk_level", "lk_cluster", "lk_key"]
+    staged = (
+        limits.select(
+            F.col("level").alias("lk_level"),
+            F.col("cluster").alias("lk_cluster"),
+            F.when(F.col("level") == "broker", F.col("broker"))
+            .otherwise(F.col("topic"))
+            .alias("lk_key"),
+            F.unix_micros("valid_from").alias("from_us"),
+            F.greatest(F.col("period_seconds"), F.lit(1)).alias("period_seconds"),
+            "count_entries",
+            F.when(F.col("msg_limit") > 0, F.col("msg_limit")).alias("msg_q"),
+            F.when(F.col("byte_limit") > 0, F.col("byte_limit")).alias("byte_q"),
+            "msg_source",
+            "byte_source",
+        )
+        .withColumn("p_us", p_us)
+        .withColumn("eff_from_us", F.expr("(from_us + p_us - 1) div p_us * p_us"))
+    )
+    latest = Window.partitionBy(*key, "eff_from_us").orderBy(F.col("from_us").desc())
+    ordered = Window.partitionBy(*key).orderBy("eff_from_us")
+    staged = (
+        staged.withColumn("_rank", F.row_number().over(latest))
+        .where("_rank = 1")
+        .withColumn("eff_to_us", F.lead("eff_from_us").over(ordered))
+    )
+    before = ordered.rowsBetween(Window.unboundedPreceding, -1)
+    upto = ordered.rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    for _, m in MEASURES:
+        span = F.when(
+            F.col(f"{m}_q").isNotNull() & F.col("eff_to_us").isNotNull(),
+            _prorate(F.col(f"{m}_q"), F.col("eff_to_us") - F.col("eff_from_us"), F.col("p_us")),
+        ).otherwise(F.lit(0))
+        staged = staged.withColumn(
+            f"{m}_cum", F.coalesce(F.sum(span).over(before), F.lit(0)).cast("long")
+        ).withColumn(
+            f"{m}_seg",
+            F.sum(F.col(f"{m}_q").isNull().cast("int")).over(upto).cast("long"),
+        )
+    return staged.drop("_rank", "from_us")
+
+
+def _prorate(quota: Column, micros: Column, p_us: Column) -> Column:
+    # Whole periods give exact integers; partial ones (scrape grain) round to whole units.
+    return F.round(quota * micros / p_us).cast("long")
+
+
+def _with_limit(df: DataFrame, timeline: DataFrame, at_us: str, prefix: str) -> DataFrame:
+    """Join the limit row in force at ``df[at_us]`` (columns renamed with ``prefix``).
+
+    The limit table is small (limits × changes): broadcast, so the big side is not shuffled.
+    No row in force (no rate_limits for the scope): the limit columns are null = unlimited.
+    """
+    t = timeline.select(*[F.col(c).alias(prefix + c) for c in timeline.columns])
+    cond = (
+        (df["level"] == t[prefix + "lk_level"])
+        & (df["cluster"] == t[prefix + "lk_cluster"])
+        & (F.when(df["level"] == "broker", df["broker"]).otherwise(df["topic"]) == t[prefix + "lk_key"])
+        & (t[prefix + "eff_from_us"] <= df[at_us])
+        & (t[prefix + "eff_to_us"].isNull() | (df[at_us] < t[prefix + "eff_to_us"]))
+    )
+    return df.join(F.broadcast(t), cond, "left")
+
+
+def _quota_until(m: str, at_us: Column, prefix: str) -> Column:
+    """Q(t): quota of all periods of the limit scope before ``at_us``, using the joined row."""
+    q = F.col(f"{prefix}{m}_q")
+    inside = F.when(
+        q.isNotNull(), _prorate(q, at_us - F.col(f"{prefix}eff_from_us"), F.col(f"{prefix}p_us"))
+    ).otherwise(F.lit(0))
+    return F.col(f"{prefix}{m}_cum") + inside
+
+
+# ------------------------------------------------------------------------- dispatch_periods
+
+
+def dispatch_periods(
+    intervals: DataFrame, limits: DataFrame, opening_debt: DataFrame | None = None
+) -> DataFrame:
+    """Gold ``dispatch_periods`` rows from silver ``dispatch_intervals`` and ``rate_limits``.
+
+    ``intervals`` and ``limits`` are the rows of one day (schemas/tables/dispatch_intervals.yaml,
+    rate_limits.yaml); ``opening_debt`` is the previous day's ``debt_state`` partition (its
+    ``day`` is the day before; its debt enters at the next midnight). Returns exactly the
+    columns of schemas/tables/dispatch_periods.yaml, one row per input interval.
+    """
+    timeline = limit_timeline(limits)
+    records = intervals.select(
+        *SCOPE,
+        "day",
+        F.col("interval_start").alias("period_start"),
+        "interval_seconds",
+        "grain",
+        "msgs",
+        "bytes",
+        "entries",
+        "redelivered_msgs",
+        "source",
+        F.unix_micros("interval_start").alias("t0_us"),
+        (F.unix_micros("interval_start") + F.round(F.col("interval_seconds") * _US).cast("long")).alias(
+            "t1_us"
+        ),
+        F.lit(True).alias("is_record"),
+    )
+    rows = records
+    if opening_debt is not None:
+        midnight = F.unix_micros(F.to_timestamp(F.date_add("day", 1)))
+        markers = opening_debt.select(
+            *SCOPE,
+            F.date_add("day", 1).alias("day"),
+            F.to_timestamp(F.date_add("day", 1)).alias("period_start"),
+            F.lit(0.0).alias("interval_seconds"),
+            F.lit("period").alias("grain"),
+            F.col("debt_msgs").alias("msgs"),
+            F.col("debt_bytes").alias("bytes"),
+            F.lit(None).cast("long").alias("entries"),
+            F.lit(None).cast("long").alias("redelivered_msgs"),
+            F.lit("debt_state").alias("source"),
+            midnight.alias("t0_us"),
+            midnight.alias("t1_us"),
+            F.lit(False).alias("is_record"),
+        ).where("debt_msgs > 0 OR debt_bytes > 0")
+        rows = rows.unionByName(markers)
+
+    rows = _with_limit(rows, timeline, "t0_us", "l_")
+    count_unit = (
+        F.when(F.col("l_count_entries") & F.col("entries").isNotNull(), F.lit("entries"))
+        .when(F.col("l_count_entries"), F.lit("msgs-no-entries"))
+        .otherwise(F.lit("msgs"))
+    )
+    rows = rows.withColumn("count_unit", count_unit).withColumn(
+        "counted_msgs",
+        F.when(F.col("is_record") & (F.col("count_unit") == "entries"), F.col("entries")).otherwise(
+            F.col("msgs")
+        ),
+    )
+    delivered = {"msgs": "counted_msgs", "bytes": "bytes"}
+
+    # The one shuffle: all rows of a scope together, in time order (opening debt first).
+    scope = Window.partitionBy(*SCOPE).orderBy("t0_us", "is_record")
+    running = scope.rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    before = scope.rowsBetween(Window.unboundedPreceding, -1)
+
+    for name, m in MEASURES:
+        rows = rows.withColumn(f"_c_{name}", F.sum(delivered[name]).over(running))
+    for name, m in MEASURES:
+        d = F.col(delivered[name])
+        q_start = _quota_until(m, F.col("t0_us"), "l_")
+        q_end = _quota_until(m, F.col("t1_us"), "l_")
+        limited = F.col(f"l_{m}_q").isNotNull()
+        rows = (
+            rows.withColumn(f"quota_{name}", F.when(limited, q_end - q_start))
+            # P: running value just before the row (after the gap drained); S: just after it.
+            .withColumn(f"_p_{name}", F.col(f"_c_{name}") - d - q_start)
+            .withColumn(f"_s_{name}", F.col(f"_c_{name}") - q_end)
+            .withColumn(
+                f"_v_{name}",
+                F.when(
+                    limited,
+                    F.struct(
+                        (-F.col(f"l_{m}_seg")).alias("neg_seg"),
+                        F.least(F.col(f"_p_{name}"), F.col(f"_s_{name}")).alias("v"),
+                    ),
+                ),
+            )
+        )
+    for name, m in MEASURES:
+        rows = rows.withColumn(f"_prev_{name}", F.min(f"_v_{name}").over(before))
+    for name, m in MEASURES:
+        d = F.col(delivered[name])
+        seg = F.col(f"l_{m}_seg")
+        prev = F.col(f"_prev_{name}")
+        p, s = F.col(f"_p_{name}"), F.col(f"_s_{name}")
+        floor = F.least(
+            F.when(prev["neg_seg"] == -seg, prev["v"]),
+            p,
+            F.when(seg == 0, F.lit(0)),  # day start, before any stretch without limit
+        )
+        limited = F.col(f"l_{m}_q").isNotNull()
+        debt_in = p - floor
+        allowed = F.greatest(F.lit(0), F.col(f"quota_{name}") - debt_in)
+        rows = (
+            rows.withColumn(f"debt_in_{name}", F.when(limited, debt_in).otherwise(F.lit(0)))
+            .withColumn(f"allowed_{name}", F.when(limited, allowed))
+            .withColumn(
+                f"over_{name}",
+                F.when(limited, F.greatest(F.lit(0), d - F.col(f"allowed_{name}"))).otherwise(F.lit(0)),
+            )
+            .withColumn(
+                f"debt_out_{name}",
+                F.when(limited, s - F.least(floor, s)).otherwise(F.lit(0)),
+            )
+        )
+    out = rows.where("is_record").transform(_over_causes).select(
+        "day",
+        *SCOPE,
+        "period_start",
+        "interval_seconds",
+        "grain",
+        F.col("l_period_seconds").alias("rate_period_seconds"),
+        "count_unit",
+        "msgs",
+        "bytes",
+        "entries",
+        "redelivered_msgs",
+        "counted_msgs",
+        F.col("l_msg_q").alias("msg_limit"),
+        F.col("l_byte_q").alias("byte_limit"),
+        "quota_msgs",
+        "quota_bytes",
+        *[
+            f"{c}_{name}"
+            for name, _ in MEASURES
+            for c in ("debt_in", "allowed", "over", "debt_out")
+        ],
+        (
+            F.coalesce(F.col("allowed_msgs") == 0, F.lit(False))
+            | F.coalesce(F.col("allowed_bytes") == 0, F.lit(False))
+        ).alias("starved"),
+        "over_batch_msgs",
+        "over_redelivery_msgs",
+        "over_redelivery_bytes",
+        "over_approx_bytes",
+        F.col("l_msg_source").alias("msg_source"),
+        F.col("l_byte_source").alias("byte_source"),
+        "source",
+    )
+    return out
+
+
+def _over_causes(rows: DataFrame) -> DataFrame:
+    """Split each row's over-delivery into the causes the telemetry can show (seed 002,
+    "Limitations"): redelivery/seek/replay first (counted again by the broker), then batch
+    entries counted as one message when sizing reads (at most msgs - entries), then, for bytes,
+    the average-entry-size approximation (at most one average entry). The rest is unexplained
+    (concurrent replay and normal dispatch, read size)."""
+    redelivered = F.coalesce(F.col("redelivered_msgs"), F.lit(0))
+    per_msg = lambda total: F.when(  # noqa: E731 - one-line helper for a ratio
+        F.col("msgs") > 0, F.round(redelivered * total / F.col("msgs")).cast("long")
+    ).otherwise(F.lit(0))
+    red_units = F.when(F.col("count_unit") == "entries", per_msg(F.col("entries"))).otherwise(redelivered)
+    batch_room = F.when(
+        (F.col("count_unit") == "msgs") & F.col("entries").isNotNull(),
+        F.greatest(F.lit(0), F.col("msgs") - F.col("entries")),
+    ).otherwise(F.lit(0))
+    entry_size = F.coalesce(
+        F.when(F.col("entries") > 0, F.col("bytes") / F.col("entries")),
+        F.when(F.col("msgs") > 0, F.col("bytes") / F.col("msgs")),
+        F.lit(0),
+    )
+    return (
+        rows.withColumn("over_redelivery_msgs", F.least(F.col("over_msgs"), red_units))
+        .withColumn(
+            "over_batch_msgs",
+            F.least(F.col("over_msgs") - F.col("over_redelivery_msgs"), batch_room),
+        )
+        .withColumn("over_redelivery_bytes", F.least(F.col("over_bytes"), per_msg(F.col("bytes"))))
+        .withColumn(
+            "over_approx_bytes",
+            F.least(
+                F.col("over_bytes") - F.col("over_redelivery_bytes"),
+                F.ceil(entry_size).cast("long"),
+            ),
+        )
+    )
+
+
+# ------------------------------------------------------------------------------ debt_state
+
+
+def closing_debt(
+    periods: DataFrame,
+    limits: DataFrame,
+    opening_debt: DataFrame | None,
+    day: date,
+) -> DataFrame:
+    """``debt_state`` rows for ``day``: each scope's debt at midnight after ``day``.
+
+    From the scope's last row of the day, the debt drains through the empty periods up to
+    midnight (to 0 if a stretch without limit comes in between). Scopes that only carried
+    opening debt drain through the whole day. Scopes of the day are all written (debt 0
+    included), so a built day always has its partition.
+    """
+    timeline = limit_timeline(limits)
+    last_row = Window.partitionBy(*SCOPE).orderBy(F.col("period_start").desc())
+    last = (
+        periods.withColumn("_n", F.row_number().over(last_row))
+        .where("_n = 1")
+        .select(
+            *SCOPE,
+            (F.unix_micros("period_start") + F.round(F.col("interval_seconds") * _US).cast("long")).alias(
+                "at_us"
+            ),
+            F.col("debt_out_msgs").alias("debt_msgs"),
+            F.col("debt_out_bytes").alias("debt_bytes"),
+            F.col("period_start").alias("last_period_start"),
+        )
+    )
+    midnight_start = F.unix_micros(F.to_timestamp(F.lit(day.isoformat())))
+    if opening_debt is not None:
+        carried = opening_debt.join(last.select(*SCOPE), _scope_match(opening_debt, last), "left_anti")
+        last = last.unionByName(
+            carried.select(
+                *SCOPE,
+                midnight_start.alias("at_us"),
+                "debt_msgs",
+                "debt_bytes",
+                F.lit(None).cast("timestamp").alias("last_period_start"),
+            )
+        )
+    end_us = (day + timedelta(days=1) - date(1970, 1, 1)).days * 86_400 * _US
+    joined = _with_limit(last, timeline, "at_us", "a_").withColumn("_end_us", F.lit(end_us))
+    joined = _with_limit(joined, timeline, "_end_us", "e_")
+    out = joined
+    for name, m in MEASURES:
+        reset = (
+            F.col(f"a_{m}_q").isNull()
+            | F.col(f"e_{m}_q").isNull()
+            | (F.col(f"e_{m}_seg") != F.col(f"a_{m}_seg"))
+        )
+        drain = _quota_until(m, F.col("_end_us"), "e_") - _quota_until(m, F.col("at_us"), "a_")
+        out = out.withColumn(
+            f"debt_{name}",
+            F.when(reset, F.lit(0)).otherwise(
+                F.greatest(F.lit(0), F.col(f"debt_{name}") - F.greatest(F.lit(0), drain))
+            ),
+        )
+    return out.select(
+        F.lit(day).cast("date").alias("day"), *SCOPE, "debt_msgs", "debt_bytes", "last_period_start"
+    )
+
+
+def _scope_match(left: DataFrame, right: DataFrame) -> Column:
+    cond = F.lit(True)
+    for c in SCOPE:
+        cond = cond & left[c].eqNullSafe(right[c])
+    return cond
+
+
+# ---------------------------------------------------------------------------- dispatch_daily
+
+
+def dispatch_daily(
+    periods: DataFrame, opening_debt: DataFrame | None, closing: DataFrame, day: date
+) -> DataFrame:
+    """Gold ``dispatch_daily``: one row per scope of the day (with rows or with carried debt)."""
+    agg = periods.groupBy(*SCOPE).agg(
+        F.when(F.countDistinct("grain") > 1, F.lit("mixed")).otherwise(F.first("grain")).alias("grain"),
+        F.count(F.lit(1)).alias("periods"),
+        F.sum("msgs").alias("msgs"),
+        F.sum("bytes").alias("bytes"),
+        F.sum(((F.col("over_msgs") > 0) | (F.col("over_bytes") > 0)).cast("int")).alias("periods_over"),
+        F.sum((F.col("over_msgs") > 0).cast("int")).alias("periods_over_msgs"),
+        F.sum((F.col("over_bytes") > 0).cast("int")).alias("periods_over_bytes"),
+        F.sum("over_msgs").alias("excess_msgs"),
+        F.sum("over_bytes").alias("excess_bytes"),
+        F.max("debt_out_msgs").alias("max_debt_msgs"),
+        F.max("debt_out_bytes").alias("max_debt_bytes"),
+        F.sum(F.col("starved").cast("int")).alias("periods_starved"),
+        F.sum("over_batch_msgs").alias("_batch_msgs"),
+        F.sum("over_redelivery_msgs").alias("_redelivery_msgs"),
+        F.sum("over_redelivery_bytes").alias("_redelivery_bytes"),
+        F.sum("over_approx_bytes").alias("_approx_bytes"),
+    )
+    c = closing.select(*SCOPE, "debt_msgs", "debt_bytes")
+    out = agg.join(c, _scope_match(agg, c), "full_outer").select(
+        *[F.coalesce(agg[k], c[k]).alias(k) for k in SCOPE],
+        *[agg[k] for k in agg.columns if k not in SCOPE],
+        F.coalesce(c["debt_msgs"], F.lit(0)).alias("closing_debt_msgs"),
+        F.coalesce(c["debt_bytes"], F.lit(0)).alias("closing_debt_bytes"),
+    )
+    if opening_debt is not None:
+        o = opening_debt.select(*SCOPE, "debt_msgs", "debt_bytes")
+        out = out.join(o, _scope_match(out, o), "left").select(
+            *[out[k] for k in out.columns],
+            F.coalesce(o["debt_msgs"], F.lit(0)).alias("opening_debt_msgs"),
+            F.coalesce(o["debt_bytes"], F.lit(0)).alias("opening_debt_bytes"),
+        )
+    else:
+        out = out.withColumn("opening_debt_msgs", F.lit(0)).withColumn("opening_debt_bytes", F.lit(0))
+    counts = [
+        "periods", "msgs", "bytes", "periods_over", "periods_over_msgs", "periods_over_bytes",
+        "excess_msgs", "excess_bytes", "max_debt_msgs", "max_debt_bytes", "periods_starved",
+        "_batch_msgs", "_redelivery_msgs", "_redelivery_bytes", "_approx_bytes",
+    ]  # fmt: skip
+    out = out.fillna(0, subset=counts).fillna("period", subset=["grain"])
+
+    def share(part: str | Column, total: str) -> Column:
+        part = F.col(part) if isinstance(part, str) else part
+        return F.when(F.col(total) > 0, part / F.col(total))
+
+    out = (
+        out.withColumn("day", F.lit(day).cast("date"))
+        .withColumn("share_batch_msgs", share("_batch_msgs", "excess_msgs"))
+        .withColumn("share_redelivery_msgs", share("_redelivery_msgs", "excess_msgs"))
+        .withColumn(
+            "share_other_msgs",
+            share(F.col("excess_msgs") - F.col("_batch_msgs") - F.col("_redelivery_msgs"), "excess_msgs"),
+        )
+        .withColumn("share_redelivery_bytes", share("_redelivery_bytes", "excess_bytes"))
+        .withColumn("share_approx_bytes", share("_approx_bytes", "excess_bytes"))
+        .withColumn(
+            "share_other_bytes",
+            share(F.col("excess_bytes") - F.col("_redelivery_bytes") - F.col("_approx_bytes"), "excess_bytes"),
+        )
+    )
+    causes = [
+        ("batch", F.col("share_batch_msgs")),
+        ("redelivery", F.greatest("share_redelivery_msgs", "share_redelivery_bytes")),
+        ("byte-approximation", F.col("share_approx_bytes")),
+        ("other", F.greatest("share_other_msgs", "share_other_bytes")),
+    ]
+    best = F.greatest(*[F.coalesce(v, F.lit(-1.0)) for _, v in causes])
+    main = F.lit(None).cast("string")
+    for label, value in reversed(causes):  # first listed wins a tie
+        main = F.when(F.coalesce(value, F.lit(-1.0)) == best, F.lit(label)).otherwise(main)
+    out = out.withColumn(
+        "main_cause", F.when((F.col("excess_msgs") > 0) | (F.col("excess_bytes") > 0), main)
+    )
+    return out.drop("_batch_msgs", "_redelivery_msgs", "_redelivery_bytes", "_approx_bytes")
+
+
+def worst_scopes(daily: DataFrame, limit: int = 10) -> DataFrame:
+    """The worst scopes of a day: most periods over quota, then most excess, then most debt.
+
+    For ``brokerlens build`` output, the report and alerts (``read_table("dispatch_daily")``
+    filtered to a day, then this)."""
+    return (
+        daily.where(
+            "periods_over > 0 OR periods_starved > 0 OR closing_debt_msgs > 0 OR closing_debt_bytes > 0"
+        )
+        .orderBy(
+            F.col("periods_over").desc(),
+            F.col("excess_msgs").desc(),
+            F.col("excess_bytes").desc(),
+            F.col("periods_starved").desc(),
+            F.col("max_debt_msgs").desc(),
+            *SCOPE,
+        )
+        .limit(limit)
+    )
+
+
+def _scope_label(row) -> str:
+    parts = [row["level"], row["cluster"], row["broker"] if row["level"] == "broker" else row["topic"]]
+    if row["subscription"] is not None:
+        parts.append(row["subscription"])
+    return " ".join(str(p) for p in parts)
+
+
+def worst_scope_lines(daily: DataFrame, limit: int = 10) -> list[str]:
+    rows = worst_scopes(daily, limit).collect()  # at most `limit` rows
+    if not rows:
+        return ["dispatch: no scope over quota or starved"]
+    lines = ["dispatch, worst scopes (periods over / excess msgs, bytes / max debt msgs, bytes / starved / main cause):"]
+    for r in rows:
+        lines.append(
+            f"  {_scope_label(r)}: {r['periods_over']}/{r['periods']} over, "
+            f"excess {r['excess_msgs']} msgs {r['excess_bytes']} B, "
+            f"max debt {r['max_debt_msgs']} msgs {r['max_debt_bytes']} B, "
+            f"{r['periods_starved']} starved, cause {r['main_cause'] or '-'}"
+        )
+    return lines
+
+
+# ------------------------------------------------------------------------------ build step
+
+
+def build_dispatch(day: date, settings: Settings) -> StageResult:
+    """Build step: ``dispatch_periods``, ``debt_state`` and ``dispatch_daily`` for ``day``.
+
+    Starts from the closing debt of ``day - 1`` in ``debt_state`` (zero debt if that day was
+    not built). If ``day``'s closing debt changes and ``day + 1`` is already built, ``day + 1``
+    is re-built from it, and so on: later days never keep a debt computed from an outdated
+    day. The cascade stops at the first day whose closing debt does not change.
+    """
+    result = StageResult("build dispatch", day)
+    built = _built_days(settings)
+    current, first = day, True
+    while True:
+        changed = _build_one(current, settings, result, summary=first)
+        following = current + timedelta(days=1)
+        if not changed or following not in built:
+            break
+        result.lines.append(
+            f"dispatch: closing debt of {current} changed; re-building {following} from it"
+        )
+        log.info("closing debt of %s changed: re-building %s", current, following)
+        current, first = following, False
+    if current != day:
+        result.metrics["dispatch_days_rebuilt"] = (current - day).days
+    return result
+
+
+def _built_days(settings: Settings) -> set[date]:
+    state = read_table("debt_state", settings=settings)
+    return {r["day"] for r in state.select("day").distinct().collect()}  # one row per built day
+
+
+def _build_one(day: date, settings: Settings, result: StageResult, summary: bool) -> bool:
+    """Build one day; True when its closing debt differs from the one stored before."""
+    intervals = read_table("dispatch_intervals", settings=settings).where(F.col("day") == F.lit(day))
+    limits = read_table("rate_limits", settings=settings).where(F.col("day") == F.lit(day))
+    state = read_table("debt_state", settings=settings)
+    opening = state.where(F.col("day") == F.lit(day - timedelta(days=1))).cache()
+    previous = state.where(F.col("day") == F.lit(day)).cache()
+    previous.count()  # pin the stored closing debt before it is replaced
+
+    partition = [{"day": day}]
+    result.writes.append(
+        write_table(
+            dispatch_periods(intervals, limits, opening),
+            "dispatch_periods",
+            "replace",
+            partition,
+            settings=settings,
+        )
+    )
+    periods = read_table("dispatch_periods", settings=settings).where(F.col("day") == F.lit(day))
+    closing = closing_debt(periods, limits, opening, day).cache()
+    old = previous.select(*SCOPE, "debt_msgs", "debt_bytes")
+    new = closing.select(*SCOPE, "debt_msgs", "debt_bytes")
+    changed = bool(old.exceptAll(new).limit(1).count() or new.exceptAll(old).limit(1).count())
+    result.writes.append(write_table(closing, "debt_state", "replace", partition, settings=settings))
+    daily = dispatch_daily(periods, opening, closing, day)
+    result.writes.append(write_table(daily, "dispatch_daily", "replace", partition, settings=settings))
+    if summary:
+        stored = read_table("dispatch_daily", settings=settings).where(F.col("day") == F.lit(day))
+        totals = stored.agg(
+            F.count(F.lit(1)).alias("scopes"),
+            F.sum((F.col("periods_over") > 0).cast("int")).alias("scopes_over"),
+            F.sum(F.col("periods_starved")).alias("periods_starved"),
+        ).first()
+        result.metrics.update(
+            dispatch_scopes=totals["scopes"],
+            dispatch_scopes_over=totals["scopes_over"] or 0,
+            dispatch_periods_starved=totals["periods_starved"] or 0,
+        )
+        result.lines.extend(worst_scope_lines(stored))
+        if opening.limit(1).count() == 0:
+            result.lines.append(
+                f"dispatch: no debt_state rows for {day - timedelta(days=1)}: started from zero debt"
+            )
+    opening.unpersist()
+    previous.unpersist()
+    closing.unpersist()
+    return changed

@@ -1,0 +1,257 @@
+"""Dispatch throttling (DESIGN.md "Dispatch throttling", seeds 000/002): seed examples, a
+property test against a plain sequential reference, day-by-day builds and cascades."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from datetime import date, datetime, timedelta, timezone
+
+import pytest
+from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
+
+from brokerlens.dispatch import (
+    build_dispatch,
+    closing_debt,
+    dispatch_daily,
+    dispatch_periods,
+    worst_scopes,
+)
+from brokerlens.schemas import table_schema
+from brokerlens.tables import read_table, write_table
+
+D1 = date(2026, 11, 21)
+D2 = D1 + timedelta(days=1)
+BROKER = "broker-1:8080"
+
+
+def at(day: date, seconds: float) -> datetime:
+    return datetime(day.year, day.month, day.day, tzinfo=timezone.utc) + timedelta(seconds=seconds)
+
+
+def offset(row, day: date = D1) -> float:
+    """Seconds from ``day``'s midnight (Spark returns naive local datetimes; timestamp() agrees)."""
+    return row["period_start"].timestamp() - at(day, 0).timestamp()
+
+
+def partition(topic: str, n: int) -> str:
+    return f"persistent://tenant/ns/{topic}-partition-{n}"
+
+
+def interval(level, second, msgs, *, day=D1, bytes_=0, entries=None, redelivered=0,
+             topic=None, subscription=None, seconds=1.0, grain="period"):  # fmt: skip
+    return {
+        "day": day, "level": level, "cluster": "c1", "broker": BROKER, "topic": topic,
+        "subscription": subscription, "interval_start": at(day, second),
+        "interval_seconds": float(seconds), "grain": grain, "msgs": msgs, "bytes": bytes_,
+        "entries": entries, "redelivered_msgs": redelivered,
+        "source": "dispatch" if grain == "period" else "topic-stats-counters",
+        "counter_reset": False,
+    }  # fmt: skip
+
+
+def limit(level, msg_limit, *, byte_limit=None, day=D1, topic=None, start=0.0, end=86400.0,
+          period=1, count_entries=False):  # fmt: skip
+    return {
+        "day": day, "level": level, "cluster": "c1",
+        "broker": BROKER if level == "broker" else None, "topic": topic,
+        "valid_from": at(day, start), "valid_to": at(day, end),
+        "msg_limit": msg_limit, "byte_limit": byte_limit, "period_seconds": period,
+        "count_entries": count_entries, "relative_to_publish_rate": False,
+        "msg_source": "topic-policy", "byte_source": "broker-config",
+    }  # fmt: skip
+
+
+def frame(spark, table, rows):
+    schema = table_schema(table)
+    return spark.createDataFrame([tuple(r.get(c) for c in schema.column_names) for r in rows], schema.struct)
+
+
+def periods_of(spark, intervals, limits, opening=None):
+    out = dispatch_periods(frame(spark, "dispatch_intervals", intervals), frame(spark, "rate_limits", limits),
+                           None if opening is None else frame(spark, "debt_state", opening))  # fmt: skip
+    return sorted(out.collect(), key=lambda r: (r["level"], r["topic"] or "", r["subscription"] or "", r["period_start"]))
+
+
+# ------------------------------------------------------------------------------ seed examples
+
+
+def test_eleven_delivered_leaves_nine(spark):
+    """Seed 002: rate limit 10/s, 11 delivered in the first period: only 9 in the next."""
+    t = partition("orders", 0)
+    rows = periods_of(
+        spark,
+        [interval("subscription", 0, 11, topic=t, subscription="s1"),
+         interval("subscription", 1, 12, topic=t, subscription="s1")],
+        [limit("subscription", 10, topic=t)],
+    )  # fmt: skip
+    first, second = rows
+    assert (first["quota_msgs"], first["allowed_msgs"], first["over_msgs"], first["debt_out_msgs"]) == (10, 10, 1, 1)
+    assert second["debt_in_msgs"] == 11 - 10
+    assert second["allowed_msgs"] == 9
+    assert second["over_msgs"] == 12 - 9
+    assert second["debt_out_msgs"] == 1 + 12 - 10
+    assert not first["starved"] and not second["starved"]
+
+
+def test_thirty_delivered_leaves_zero_for_two_periods(spark):
+    """Seed 002: 30 delivered in one period at 10/s: 0 allowed in each of the next two."""
+    t = partition("orders", 0)
+    rows = periods_of(
+        spark,
+        [interval("subscription", s, m, topic=t, subscription="s1") for s, m in [(0, 30), (1, 0), (2, 0), (3, 4)]],
+        [limit("subscription", 10, topic=t)],
+    )
+    assert [r["allowed_msgs"] for r in rows] == [10, 0, 0, 10]
+    assert [r["debt_in_msgs"] for r in rows] == [0, 30 - 10, 30 - 20, 0]
+    assert [r["starved"] for r in rows] == [False, True, True, False]
+
+
+def test_empty_periods_drain_debt(spark):
+    """No record in periods 1 and 2: they delivered nothing and the debt still drained."""
+    t = partition("orders", 0)
+    gap2 = periods_of(
+        spark,
+        [interval("subscription", 0, 30, topic=t, subscription="s1"),
+         interval("subscription", 2, 4, topic=t, subscription="s1"),
+         interval("subscription", 10, 12, topic=t, subscription="s1")],
+        [limit("subscription", 10, topic=t)],
+    )  # fmt: skip
+    assert [r["debt_in_msgs"] for r in gap2] == [0, 10, 0]
+    assert [r["allowed_msgs"] for r in gap2] == [10, 0, 10]
+    assert [r["over_msgs"] for r in gap2] == [20, 4, 2]
+    assert gap2[1]["debt_out_msgs"] == 10 + 4 - 10
+
+
+def test_partitioned_topic_quota_is_per_partition(spark):
+    """Seed 002: t0 with 2 partitions at 10/s: 10/s per partition, 20/s in total."""
+    p0, p1 = partition("t0", 0), partition("t0", 1)
+    rows = periods_of(
+        spark,
+        [interval("topic", 0, 10, topic=p0), interval("topic", 0, 10, topic=p1),
+         interval("topic", 1, 11, topic=p0), interval("topic", 1, 10, topic=p1)],
+        [limit("topic", 10, topic=p0), limit("topic", 10, topic=p1)],
+    )  # fmt: skip
+    first = [r for r in rows if offset(r) == 0]
+    assert sum(r["msgs"] for r in first) == 20 and sum(r["quota_msgs"] for r in first) == 20
+    assert all(r["over_msgs"] == 0 for r in first)
+    over = {r["topic"]: r["over_msgs"] for r in rows if offset(r) == 1}
+    assert over == {p0: 1, p1: 0}  # the quota is not shared among partitions
+
+
+def test_subscription_quota_is_per_partition_and_per_subscription(spark):
+    """Seed 002: s1 on t1's 2 partitions at 10/s: 10/s on each, 20/s in total; s2 has its own."""
+    p0, p1 = partition("t1", 0), partition("t1", 1)
+    rows = periods_of(
+        spark,
+        [interval("subscription", 0, 10, topic=p0, subscription="s1"),
+         interval("subscription", 0, 10, topic=p1, subscription="s1"),
+         interval("subscription", 0, 10, topic=p0, subscription="s2"),
+         interval("subscription", 1, 10, topic=p0, subscription="s1"),
+         interval("subscription", 1, 12, topic=p1, subscription="s1")],
+        [limit("subscription", 10, topic=p0), limit("subscription", 10, topic=p1)],
+    )  # fmt: skip
+    first = [r for r in rows if offset(r) == 0 and r["subscription"] == "s1"]
+    assert sum(r["quota_msgs"] for r in first) == 20 and all(r["over_msgs"] == 0 for r in first)
+    s2 = [r for r in rows if r["subscription"] == "s2"]
+    assert s2[0]["over_msgs"] == 0 and s2[0]["allowed_msgs"] == 10
+    second = {r["topic"]: r["over_msgs"] for r in rows if offset(r) == 1}
+    assert second == {p0: 0, p1: 2}
+
+
+def test_all_levels_enforced_at_once(spark):
+    """Limits on several levels hold at once (logical AND): each level is judged on its own."""
+    p0, p1 = partition("t0", 0), partition("t0", 1)
+    # Broker 25/s; topic 12/s per partition; subscription 8/s per partition.
+    subs = [(p0, "s1", 9), (p0, "s2", 5), (p1, "s1", 6)]
+    intervals = [interval("subscription", 0, m, topic=t, subscription=s) for t, s, m in subs]
+    intervals += [interval("topic", 0, 14, topic=p0), interval("topic", 0, 6, topic=p1)]
+    intervals += [interval("broker", 0, 20)]
+    limits = [limit("broker", 25), limit("topic", 12, topic=p0), limit("topic", 12, topic=p1),
+              limit("subscription", 8, topic=p0), limit("subscription", 8, topic=p1)]  # fmt: skip
+    rows = periods_of(spark, intervals, limits)
+    over = {(r["level"], r["topic"], r["subscription"]): r["over_msgs"] for r in rows}
+    assert over == {
+        ("subscription", p0, "s1"): 9 - 8,
+        ("subscription", p0, "s2"): 0,
+        ("subscription", p1, "s1"): 0,
+        ("topic", p0, None): 14 - 12,
+        ("topic", p1, None): 0,
+        ("broker", None, None): 0,
+    }
+
+
+def test_bytes_and_messages_hold_at_once(spark):
+    t = partition("orders", 0)
+    rows = periods_of(
+        spark,
+        [interval("subscription", 0, 5, bytes_=1500, topic=t, subscription="s1"),
+         interval("subscription", 1, 5, bytes_=900, topic=t, subscription="s1")],
+        [limit("subscription", None, byte_limit=1000, topic=t)],
+    )  # fmt: skip
+    assert [r["allowed_msgs"] for r in rows] == [None, None]  # no message limit: unlimited
+    assert [r["over_msgs"] for r in rows] == [0, 0]
+    assert [r["over_bytes"] for r in rows] == [500, 900 - 500]
+    assert [r["debt_out_bytes"] for r in rows] == [500, 400]
+
+
+def test_quota_change_takes_effect_at_next_period_start(spark):
+    t = partition("orders", 0)
+    rows = periods_of(
+        spark,
+        [interval("subscription", s, 12, topic=t, subscription="s1", seconds=2) for s in (0, 2, 4)],
+        [limit("subscription", 10, topic=t, period=2, end=2.5),
+         limit("subscription", 20, topic=t, period=2, start=2.5)],  # in force from 4 s
+    )  # fmt: skip
+    assert [r["quota_msgs"] for r in rows] == [10, 10, 20]
+    assert [r["rate_period_seconds"] for r in rows] == [2, 2, 2]
+    assert [r["debt_in_msgs"] for r in rows] == [0, 2, 4]
+
+
+def test_batch_counting_by_entries(spark):
+    """dispatchThrottlingOnBatchMessageEnabled: each entry counts as one message."""
+    t = partition("orders", 0)
+    rows = periods_of(
+        spark,
+        [interval("subscription", 0, 60, entries=10, topic=t, subscription="s1"),
+         interval("subscription", 60, 600, topic=t, subscription="s1", seconds=60, grain="scrape")],
+        [limit("subscription", 10, topic=t, count_entries=True)],
+    )  # fmt: skip
+    entry_row, scrape_row = rows
+    assert (entry_row["count_unit"], entry_row["counted_msgs"], entry_row["over_msgs"]) == ("entries", 10, 0)
+    # Counters have no entries: messages are counted, and the row says so.
+    assert (scrape_row["count_unit"], scrape_row["counted_msgs"]) == ("msgs-no-entries", 600)
+
+
+def test_scrape_grain_prorates_the_quota(spark):
+    """Counter snapshots 60 s apart at 10/s: each interval is judged against 600."""
+    t = partition("orders", 0)
+    rows = periods_of(
+        spark,
+        [interval("subscription", 0, 650, topic=t, subscription="s1", seconds=60, grain="scrape"),
+         interval("subscription", 60, 580, topic=t, subscription="s1", seconds=60, grain="scrape"),
+         interval("subscription", 150, 300, topic=t, subscription="s1", seconds=30, grain="scrape")],
+        [limit("subscription", 10, topic=t)],
+    )  # fmt: skip
+    assert [r["grain"] for r in rows] == ["scrape"] * 3
+    assert [r["quota_msgs"] for r in rows] == [10 * 60, 10 * 60, 10 * 30]
+    assert [r["over_msgs"] for r in rows] == [50, 580 - (600 - 50), 0]
+    # 30 s without a snapshot between 120 s and 150 s drained 300 of the 30 left.
+    assert [r["debt_in_msgs"] for r in rows] == [0, 50, 0]
+
+
+def test_over_delivery_causes(spark):
+    t = partition("orders", 0)
+    rows = periods_of(
+        spark,
+        [interval("subscription", 0, 15, entries=15, redelivered=3, bytes_=1500, topic=t, subscription="s1"),
+         interval("subscription", 10, 16, entries=4, bytes_=1600, topic=t, subscription="s1"),
+         interval("subscription", 20, 5, entries=1, bytes_=1300, topic=t, subscription="s1")],
+        [limit("subscription", 10, byte_limit=1000, topic=t)],
+    )  # fmt: skip
+    redelivery, batch, big_entry = rows
+    assert (redelivery["over_msgs"], redelivery["over_redelivery_msgs"], redelivery["over_batch_msgs"]) == (5, 3, 0)
+    assert redelivery["over_bytes"] == 500 and redelivery["over_redelivery_bytes"] == 3 * 100
+    assert redelivery["over_approx_bytes"] == 1500 // 15  # at most one average entry of the 200 left
+    assert (batch["over_msgs"], batch["over_batch_msgs"], batch["over_redelivery_msgs"]) == (6, 6, 0)
+    assert big_entry["over_approx_bytes"] == 300  # one 1300 B entry overshot a 1000 B allowance
