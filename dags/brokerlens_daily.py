@@ -35,7 +35,7 @@ with DAG(
     land = bl.StageSubmitOperator(stage="land")
     validate = bl.StageSubmitOperator(stage="validate")
     build = bl.StageSubmitOperator(stage="build", depends_on_past=True)
-    alert = bl.StageSubmitOperator(stage="alert", depends_on_past=True)
+    alert = bl.StageSubmitOperator(stage="alert", depends_on_past=True, connections=[bl.smtp_conn_id()])
     report = bl.StageSubmitOperator(stage="report")
 
     land >> validate >> build >> alert >> report

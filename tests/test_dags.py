@@ -46,6 +46,7 @@ for dag_id, dag in bag.dags.items():
             "depends_on_past": t.depends_on_past,
             "outlets": [{"name": a.name, "uri": a.uri, "extra": a.extra} for a in t.outlets],
             "conn_id": getattr(t, "_conn_id", None),
+            "connections": list(getattr(t, "connections", [])),
             "application": getattr(t, "application", None),
             "application_args": getattr(t, "application_args", None),
             "on_failure": [f"{c.__module__}.{c.__qualname__}" for c in (t.on_failure_callback or [])],
@@ -127,6 +128,8 @@ def test_each_step_is_a_spark_submit_of_the_cli_with_retries_and_failure_mail(da
         assert task["retries"] == 2
         assert task["backoff"] == 2.0 and task["retry_delay"] == 120 and task["max_retry_delay"] == 1800
         assert task["on_failure"] == ["brokerlens.airflow_support.notify_failure"]
+    # Only alert mails: it alone gets the SMTP connection handed to its process.
+    assert {s: t["connections"] for s, t in tasks.items() if t["connections"]} == {"alert": ["smtp_default"]}
 
 
 def test_each_step_declares_the_tables_it_writes_as_assets(dags):

@@ -7,6 +7,8 @@
 - :func:`stage_assets`: the Delta tables a stage writes, as Airflow assets, so that other DAGs
   can be scheduled on them (``schedule=[Asset.ref(name="brokerlens.hole_alerts")]``).
 - :func:`notify_failure`: the ``on_failure_callback``, one mail through the SMTP connection.
+- Connections live in Airflow (secrets backend, metastore or environment): a stage that needs
+  one (``alert``: SMTP) gets it as an ``AIRFLOW_CONN_*`` variable of its own process.
 
 Importing this module reads the table schemas and nothing else: no database, Spark or network.
 """
@@ -21,6 +23,7 @@ from html import escape
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
+from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import Asset
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
@@ -35,7 +38,6 @@ LOG4J = Path(__file__).with_name("log4j2.properties")
 STAGE_FAILED_EXIT = 1
 
 SPARK_CONN_ID = "spark_default"
-SMTP_CONN_ID = os.environ.get("BROKERLENS_SMTP__SMTP_CONN_ID", "smtp_default")
 
 # Which stage writes a table follows from its layer in schemas/tables/*.yaml; the exceptions
 # are named here.
@@ -103,7 +105,7 @@ class StageSubmitOperator(SparkSubmitOperator):
     cluster) is retried with back-off.
     """
 
-    def __init__(self, *, stage: str, **kwargs: Any) -> None:
+    def __init__(self, *, stage: str, connections: Iterable[str] = (), **kwargs: Any) -> None:
         kwargs.setdefault("task_id", stage)
         kwargs.setdefault("outlets", stage_assets(stage))
         kwargs.setdefault("conn_id", SPARK_CONN_ID)
@@ -115,9 +117,12 @@ class StageSubmitOperator(SparkSubmitOperator):
             **kwargs,
         )
         self.stage = stage
+        self.connections = tuple(connections)
 
     def execute(self, context: Any) -> None:
         tail: deque[str] = deque(maxlen=60)
+        if self.connections:
+            self.env_vars = {**(self.env_vars or {}), **self._connection_env()}
         self._hook = self._get_hook()
         process_log = self._hook._process_spark_submit_log
         # Keep the end of the command's output: the CLI's error summary goes into the failure mail.
@@ -130,6 +135,18 @@ class StageSubmitOperator(SparkSubmitOperator):
             if process is not None and process.returncode == STAGE_FAILED_EXIT:
                 raise AirflowFailException(f"{self.stage} failed (not retried):\n{summary}") from exc
             raise AirflowException(f"{self.stage} failed:\n{summary}") from exc
+
+    def _connection_env(self) -> dict[str, str]:
+        """The stage's connections (e.g. SMTP for ``alert``) for the spark-submit process, as
+        ``AIRFLOW_CONN_*`` variables of that process only (brokerlens.mail reads them there).
+        Only for a driver on this machine: on YARN or Kubernetes, or in cluster deploy mode,
+        variables travel on the command line, so there the stage uses its own settings."""
+        spark = SparkSubmitHook(conn_id=self._conn_id)._connection
+        remote = spark["deploy_mode"] == "cluster" or spark["master"].startswith(("yarn", "k8s"))
+        if remote:
+            log.warning("%s: not passing connections %s to a remote driver", self.stage, self.connections)
+            return {}
+        return connection_environ(self.connections)
 
 
 def _error_summary(tail: Iterable[str]) -> str:
@@ -183,25 +200,40 @@ def failure_message(context: dict[str, Any]) -> tuple[str, str, str]:
     return subject, text, html
 
 
+def connection_environ(conn_ids: Iterable[str]) -> dict[str, str]:
+    """``AIRFLOW_CONN_<ID>`` variables for these connections, from wherever Airflow keeps them
+    (secrets backend, metastore, environment); missing connections are left out."""
+    from airflow.sdk import BaseHook
+    from airflow.sdk.exceptions import AirflowNotFoundException
+
+    environ = {}
+    for conn_id in conn_ids:
+        try:
+            environ[f"AIRFLOW_CONN_{conn_id.upper()}"] = BaseHook.get_connection(conn_id).as_json()
+        except AirflowNotFoundException:
+            log.info("no Airflow connection %s: brokerlens settings apply", conn_id)
+    return environ
+
+
 def notify_failure(context: dict[str, Any]) -> None:
-    """Mail which step failed, for which day, why, and what did not run, via the SMTP connection."""
-    from airflow.providers.smtp.hooks.smtp import SmtpHook
-
-    subject, text, html = failure_message(context)
-    with SmtpHook(smtp_conn_id=SMTP_CONN_ID) as smtp:
-        smtp.send_email_smtp(
-            to=failure_recipients(),
-            subject=subject,
-            html_content=html,
-            from_email=smtp.from_email or _mail_from(),
-        )
-    log.info("failure notification sent: %s", subject)
-
-
-def _mail_from() -> str:
+    """Mail which step failed, for which day, why, and what did not run, through the SMTP
+    connection (brokerlens.mail: the same lookup and transport as the alert mails)."""
+    from . import mail
     from .settings import get_settings
 
-    return get_settings().smtp.mail_from
+    settings = get_settings()
+    target = mail.smtp_target(settings, {**os.environ, **connection_environ([settings.smtp.smtp_conn_id])})
+    subject, text, html = failure_message(context)
+    message = mail.build_message(subject, target.mail_from, failure_recipients(), text, html)
+    with mail.smtp_session(target) as client:
+        mail.send(client, target, message)
+    log.info("failure notification sent to %s via %s: %s", message["To"], target, subject)
+
+
+def smtp_conn_id() -> str:
+    from .settings import get_settings
+
+    return get_settings().smtp.smtp_conn_id
 
 
 def collect_schedule() -> str | None:
