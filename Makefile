@@ -4,7 +4,7 @@ VENV := .venv/bin
 DAY ?= $(shell date -u -d yesterday +%Y-%m-%d)
 export BROKERLENS_HOME ?= $(CURDIR)/var
 
-.PHONY: bootstrap test run bench lock clean
+.PHONY: bootstrap test run stack-up stack-down bench lock clean
 
 bootstrap:
 	@infra/bootstrap.sh
@@ -13,11 +13,18 @@ bootstrap:
 test: bootstrap
 	$(VENV)/pytest $(PYTEST_ARGS)
 
-## make run [DAY=YYYY-MM-DD]: demo data for DAY, then the daily pipeline on it
+## make run [DAY=YYYY-MM-DD]: demo data for DAY, then the daily Airflow DAG on it (airflow dags
+## test), with the local SMTP sink receiving the mail; prints where tables, report and mail are
 run: bootstrap
 	$(VENV)/brokerlens demo-data --date $(DAY)
-	$(VENV)/brokerlens run --date $(DAY)
-	@echo "outputs under $(BROKERLENS_HOME): landing/ lake/ reports/ outbox/"
+	infra/stack.sh run-day $(DAY)
+
+## make stack-up / stack-down: Airflow standalone (UI on 127.0.0.1:8080) and the SMTP sink
+stack-up: bootstrap
+	infra/stack.sh up
+
+stack-down:
+	infra/stack.sh down
 
 ## make lock: recompile requirements/lock.txt from requirements/requirements.in
 lock: bootstrap
