@@ -147,16 +147,16 @@ _DROP = _Drop()
 
 def manifest(sim, day: date, scale: float, seed: int, counts: dict, bad_records: list[dict],
              dispatch_scopes: list[dict], policy_changes: list[dict], spanning: list[dict]) -> dict:
-    from .cursors import DAY_END, ranges_at
+    from .cursors import DAY_END
     from .generate import CAP
 
     over, near, forecast = [], [], []
     for t, i, name, broker in sim.partitions:
         for s in t.subs:
-            plan = sim.cursors[name][s.name].plan
-            end = int(ranges_at(plan, DAY_END))
+            cursor = sim.cursors[name][s.name]
+            end = cursor.count(DAY_END)
             # Slope at the end of the day from the last hour, ranges per hour.
-            slope = float(end - ranges_at(plan, DAY_END - 3600))
+            slope = float(end - cursor.count(DAY_END - 3600))
             row = {"topic": name, "subscription": s.name, "subscription_type": s.type, "broker": broker,
                    "ranges_end_of_day": end}
             if end >= CAP:

@@ -134,7 +134,7 @@ def build_cluster(scale: float, seed: int) -> Cluster:
     h = 3600
     topics = [
         TopicSpec("acme", "orders", "orders", 4, [b1, b2, b3, b1], batch_mean=8, msg_bytes=600, entry_rate=6,
-                  stats_shape="partitioned", bursts=[(2 * h, 600, 40.0), (19 * h, 300, 60.0)],
+                  stats_shape="partitioned", bursts=[(2 * h, 600, 40.0), (9 * h + 1800, 900, 3.0), (19 * h, 300, 60.0)],
                   subs=[SubSpec("fulfilment", "Shared", 3, 2000, {0: 120, 3: 80}, outages=[(9 * h + 1800, 900)],
                                 redeliveries=[(11 * h, 500)]),
                         SubSpec("analytics", "Key_Shared", 2, 1500, {0: 300, 1: 250, 2: 280, 3: 310},

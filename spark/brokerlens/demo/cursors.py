@@ -69,9 +69,15 @@ class Cursor:
         """Last entry acknowledged-or-read at time t (read position is frontier + 1)."""
         return int(np.floor(self.base + self.plan.entries_per_second * t)) + HOLE_GAP * int(ranges_at(self.plan, t))
 
+    def count(self, t: float) -> int:
+        """Ranges at t: the planned count, less holes not yet behind the frontier (rounding)."""
+        planned = int(ranges_at(self.plan, t))
+        ends = self.hole_offsets[:planned] + self.hole_lengths[:planned]
+        return int(np.searchsorted(ends, self.frontier(t) - 1, side="right"))
+
     def state(self, t: float, ledgers: LedgerLayout) -> dict:
         """markDeletePosition, readPosition, the range count and individuallyDeletedMessages at t."""
-        count = int(ranges_at(self.plan, t))
+        count = self.count(t)
         frontier = self.frontier(t)
         if count == 0:
             mark = frontier - int(self.plan.entries_per_second * 2)  # acks trail reads by ~2 s

@@ -19,7 +19,7 @@ from ..settings import Settings
 from ..stage import StageResult
 from . import bad
 from .cluster import CLUSTER, Cluster, SubSpec, TopicSpec, build_cluster
-from .cursors import Cursor, layout_ledgers, ledger_list, ranges_at
+from .cursors import Cursor, layout_ledgers, ledger_list
 from .dispatch import Demand, DispatchScopes, LimitSchedule, simulate_dispatch, write_dispatch_files
 
 log = logging.getLogger(__name__)
@@ -220,7 +220,7 @@ def _sub_stats(day: Day, t: TopicSpec, s: SubSpec, name: str, k: int, second: in
         share = (SNAPSHOTS[first_bin] - reset) / 600
         out_counter = msgs[first_bin] * share + msgs[first_bin + 1: k + 1].sum()
         out_bytes = nbytes[first_bin] * share + nbytes[first_bin + 1: k + 1].sum()
-    ranges = int(ranges_at(cursor.plan, second))
+    ranges = cursor.count(second)
     holes = int(cursor.hole_lengths[:ranges].sum())
     unacked = int(holes * t.batch_mean) if s.type in ("Shared", "Key_Shared") else 0
     delayed = int(ranges * 0.9) if s.delayed else 0
