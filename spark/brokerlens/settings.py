@@ -119,6 +119,22 @@ class ReportSettings(BaseModel):
     trend_days: int = Field(default=3, ge=1)
 
 
+class CollectSettings(BaseModel):
+    """`brokerlens collect`: how to talk to the Pulsar admin REST API (URL and token are top-level)."""
+
+    timeout_seconds: float = Field(default=10.0, gt=0)
+    # Retries after a connection error, a timeout, HTTP 429 or 5xx; back-off doubles each time.
+    retries: int = Field(default=3, ge=0)
+    backoff_seconds: float = Field(default=0.5, ge=0)
+    # Concurrent requests (a thread pool); keep small on a busy cluster.
+    concurrency: int = Field(default=8, ge=1)
+    # Envelope cluster name; default: the first cluster /admin/v2/clusters lists.
+    cluster: str | None = None
+    # Tenants to collect; empty: all of /admin/v2/tenants.
+    tenants: list[str] = Field(default_factory=list)
+    internal_stats: bool = True
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="BROKERLENS_", env_nested_delimiter="__", extra="ignore"
@@ -139,6 +155,7 @@ class Settings(BaseSettings):
     # Pulsar admin REST API for `brokerlens collect`; the token is a secret.
     admin_url: str | None = None
     admin_token: SecretStr | None = None
+    collect: CollectSettings = Field(default_factory=CollectSettings)
     # Free-form sections owned by the stages (alerts, lint, ...); each stage validates its own.
     alerts: AlertSettings = Field(default_factory=AlertSettings)
     producers: ProducerSettings = Field(default_factory=ProducerSettings)
