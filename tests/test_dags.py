@@ -141,7 +141,8 @@ def test_each_step_declares_the_tables_it_writes_as_assets(dags):
     assert outlets["validate"] == set()
     built = set().union(*(layers.get(layer, set()) for layer in ("silver", "gold", "state")))
     assert outlets["build"] == named(built - {"alert_notifications"})
-    assert outlets["alert"] == named({"alert_notifications"})
+    # alert records what it sent and marks the day's alerts as notified.
+    assert outlets["alert"] == named({"alert_notifications", "hole_alerts"})
     assert outlets["report"] == {"brokerlens.daily_report"}
     every_table = set().union(*layers.values())
     assert set().union(*outlets.values()) == named(every_table) | {"brokerlens.daily_report"}

@@ -39,10 +39,10 @@ STAGE_FAILED_EXIT = 1
 
 SPARK_CONN_ID = "spark_default"
 
-# Which stage writes a table follows from its layer in schemas/tables/*.yaml; the exceptions
-# are named here.
-_LAYER_STAGE = {"bronze": "land", "silver": "build", "gold": "build", "state": "build"}
-_TABLE_STAGE = {"alert_notifications": "alert"}
+# Which stages write a table follows from its layer in schemas/tables/*.yaml; the exceptions
+# are named here (alert records what it sent, and marks the day's hole_alerts as notified).
+_LAYER_STAGES = {"bronze": ("land",), "silver": ("build",), "gold": ("build",), "state": ("build",)}
+_TABLE_STAGES = {"alert_notifications": ("alert",), "hole_alerts": ("build", "alert")}
 REPORT_ASSET = Asset(name="brokerlens.daily_report", uri="x-brokerlens://reports/daily_report")
 
 
@@ -60,7 +60,7 @@ def stage_tables(stage: str) -> list[str]:
     return sorted(
         name
         for name, schema in table_schemas().items()
-        if _TABLE_STAGE.get(name, _LAYER_STAGE.get(schema.layer)) == stage
+        if stage in _TABLE_STAGES.get(name, _LAYER_STAGES.get(schema.layer, ()))
     )
 
 
