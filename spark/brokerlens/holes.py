@@ -235,6 +235,7 @@ def cursor_ranges_frame(snapshots: DataFrame, day: date, alerts: AlertSettings) 
     parsed_ok = has_string & ~F.col("ranges_malformed")
     # An empty set `[]` explodes to nothing: zero ranges, zero entries.
     zero = F.lit(0).cast("bigint")
+    no_ranges = F.col("ranges_parsed").isNull()
     ranges = F.when(parsed_ok, F.coalesce("ranges_parsed", zero)).otherwise(F.col("ranges_reported"))
     reported_source = F.when(
         F.col("ranges_source") == "internal-stats", F.lit("totalNonContiguousDeletedMessagesRange")
@@ -246,8 +247,8 @@ def cursor_ranges_frame(snapshots: DataFrame, day: date, alerts: AlertSettings) 
         F.when(parsed_ok, F.lit("individuallyDeletedMessages")).otherwise(reported_source).alias("ranges_source"),
         "ranges_reported", "ranges_malformed", "cap", "cap_source",
         F.greatest(ranges - F.col("cap"), zero).alias("over_cap"),
-        F.when(parsed_ok, F.coalesce("exposure_entries", zero)).alias("exposure_entries"),
-        F.when(parsed_ok, F.coalesce("acked_entries", zero)).alias("acked_entries"),
+        F.when(parsed_ok, F.when(no_ranges, zero).otherwise(F.col("exposure_entries"))).alias("exposure_entries"),
+        F.when(parsed_ok, F.when(no_ranges, zero).otherwise(F.col("acked_entries"))).alias("acked_entries"),
         F.coalesce(
             F.col("serialized_size_reported"), F.round(ranges * ESTIMATED_BYTES_PER_RANGE).cast("bigint")
         ).alias("serialized_bytes"),
@@ -496,11 +497,16 @@ def build_holes(day: date, settings: Settings) -> StageResult:
     result.writes.append(write_table(cursor_ranges, "cursor_ranges", mode="replace", partitions=[{"day": day}]))
     built = read_table("cursor_ranges").filter(on_day)
 
-    # Only the few malformed snapshots are parsed again, for the quarantine's detail and raw text.
+    # Only the few malformed snapshots are parsed again, for the quarantine's detail and raw text
+    # (and a re-run that finds none clears the earlier rows).
     bad_keys = built.filter("ranges_malformed").select(*SNAPSHOT_KEY)
-    _, malformed = cursor_ranges_frame(snapshots.join(bad_keys, SNAPSHOT_KEY, "left_semi"), day, alerts)
-    result.writes.append(replace_quarantine(_quarantine_rows(malformed, day), day, "build", "cursor_ranges"))
     result.metrics["malformed_ranges"] = bad_keys.count()
+    quarantined_before = read_table("quarantine").filter(
+        on_day & (F.col("stage") == "build") & (F.col("kind") == "cursor_ranges")
+    )
+    if result.metrics["malformed_ranges"] or not quarantined_before.isEmpty():
+        _, malformed = cursor_ranges_frame(snapshots.join(bad_keys, SNAPSHOT_KEY, "left_semi"), day, alerts)
+        result.writes.append(replace_quarantine(_quarantine_rows(malformed, day), day, "build", "cursor_ranges"))
 
     hole_alerts = hole_alerts_frame(
         built,

@@ -1,0 +1,189 @@
+"""`brokerlens alert` against a real local SMTP server (aiosmtpd)."""
+
+from __future__ import annotations
+
+import email
+import json
+import socket
+from datetime import date, timedelta
+from email import policy
+
+import pytest
+from aiosmtpd.controller import Controller
+from holes_data import at, snap, write_snapshots
+from typer.testing import CliRunner
+
+from brokerlens import cli
+from brokerlens.holes import HINTS, build_holes
+from brokerlens.mail import smtp_target
+from brokerlens.settings import Settings, get_settings, reload_settings
+from brokerlens.tables import read_table
+
+D1 = date(2026, 11, 21)
+D2 = D1 + timedelta(days=1)
+PAY_TOPIC = "persistent://payments/orders/charges-partition-0"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Inbox:
+    def __init__(self):
+        self.messages: list[tuple[list[str], email.message.EmailMessage]] = []
+
+    async def handle_DATA(self, server, session, envelope):
+        msg = email.message_from_bytes(envelope.original_content, policy=policy.default)
+        self.messages.append((list(envelope.rcpt_tos), msg))
+        return "250 OK"
+
+
+@pytest.fixture
+def smtp_server():
+    inbox = Inbox()
+    controller = Controller(inbox, hostname="127.0.0.1", port=free_port())
+    controller.start()
+    yield controller, inbox
+    controller.stop()
+
+
+def configure(monkeypatch, port: int) -> None:
+    # SMTP through the Airflow connection, as the DAG would have it (no TLS on the local server).
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_SMTP_DEFAULT",
+        f"smtp://127.0.0.1:{port}?disable_ssl=true&disable_tls=true&from_email=brokerlens%40example.com",
+    )
+    monkeypatch.setenv(
+        "BROKERLENS_ALERTS__GROUPS",
+        json.dumps([{"name": "payments", "namespaces": ["payments/*"], "to": ["pay-oncall@example.com"]}]),
+    )
+    monkeypatch.setenv("BROKERLENS_ALERTS__DEFAULT_GROUP", json.dumps({"name": "ops", "to": ["ops@example.com", "sre@example.com"]}))
+    reload_settings()
+
+
+def build_two_days(spark) -> None:
+    def day(d, ranges):
+        rows = []
+        for h in (20, 21, 22) if d == D1 else (1, 2, 3):
+            rows += [
+                snap(at(d, h), None, sub="charges", topic=PAY_TOPIC, namespace="payments/orders",
+                     reported=ranges["charges"], source="topic-stats", sub_type="Key_Shared"),
+                snap(at(d, h), None, sub="billing", reported=ranges["billing"], source="topic-stats", delayed=50),
+                snap(at(d, h), None, sub="audit", reported=ranges["audit"], source="topic-stats", sub_type="Failover"),
+                snap(at(d, h), None, sub="search", reported=ranges["search"], source="topic-stats"),
+            ]
+        write_snapshots(spark, rows, d)
+        build_holes(d, get_settings())
+
+    # Day 1: charges critical, billing warning, audit warning. Day 2: charges unchanged (ongoing),
+    # billing escalates, audit resolves, search is new.
+    day(D1, {"charges": 12_000, "billing": 8_200, "audit": 9_000, "search": 10})
+    day(D2, {"charges": 12_000, "billing": 10_400, "audit": 300, "search": 8_800})
+
+
+def run_alert(*args):
+    return CliRunner().invoke(cli.app, ["alert", *args])
+
+
+def parts(msg):
+    text = msg.get_body(preferencelist=("plain",)).get_content()
+    html = msg.get_body(preferencelist=("html",)).get_content()
+    return text, html
+
+
+def test_alert_mails_new_then_changes_and_never_twice(spark, smtp_server, monkeypatch, settings):
+    controller, inbox = smtp_server
+    configure(monkeypatch, controller.port)
+    build_two_days(spark)
+
+    out = run_alert("--date", str(D1))
+    assert out.exit_code == 0, out.output
+    assert sorted(rcpt for rcpt, _ in inbox.messages) == [["ops@example.com", "sre@example.com"], ["pay-oncall@example.com"]]
+    by_rcpt = {rcpt[0]: msg for rcpt, msg in inbox.messages}
+    pay = by_rcpt["pay-oncall@example.com"]
+    assert pay["From"] == "brokerlens@example.com"
+    assert pay["Subject"] == f"[brokerlens] Pulsar unacked-range alerts {D1}: 1 critical"
+    text, html = parts(pay)
+    assert "[NEW critical] persistent://payments/orders/charges-partition-0 / charges" in text
+    assert "12,000 peak" in text and "cap 10,000 (default)" in text and "2,000 ranges" in text
+    assert "<table" in html and "<b>charges</b>" in html and "12,000 / 12,000" in html
+    assert "Key_Shared: messages of a slow or hot key" in html and "charges" in html
+    ops = by_rcpt["ops@example.com"]
+    assert ops["Subject"] == f"[brokerlens] Pulsar unacked-range alerts {D1}: 2 warning"
+    text, html = parts(ops)
+    assert "billing" in text and "audit" in text and "charges" not in text
+    assert HINTS["delayed-messages"] in text and "cumulative acknowledgement" in text
+    assert "search" not in html
+
+    notes = read_table("alert_notifications").collect()
+    assert sorted((r["group_name"], r["subscription"], r["state"]) for r in notes) == [
+        ("ops", "audit", "new"), ("ops", "billing", "new"), ("payments", "charges", "new")]
+    assert {r["message_id"] for r in notes} == {m["Message-ID"] for _, m in inbox.messages}
+    eml = sorted((settings.outbox / "alerts" / str(D1)).glob("*.eml"))
+    assert len(eml) == 2 and {email.message_from_bytes(p.read_bytes())["Message-ID"] for p in eml} == {
+        m["Message-ID"] for _, m in inbox.messages}
+    assert all(r["notified"] for r in read_table("hole_alerts").filter(f"day = '{D1}'").collect())
+
+    # Day 2: only what changed (billing escalated, audit resolved, search new), not ongoing charges.
+    inbox.messages.clear()
+    out = run_alert("--date", str(D2))
+    assert out.exit_code == 0, out.output
+    assert [rcpt for rcpt, _ in inbox.messages] == [["ops@example.com", "sre@example.com"]]
+    msg = inbox.messages[0][1]
+    assert msg["Subject"] == f"[brokerlens] Pulsar unacked-range alerts {D2}: 1 critical, 1 warning, 1 resolved"
+    text, html = parts(msg)
+    assert "[ESCALATED critical, was warning]" in text and "/ billing" in text
+    assert "[NEW warning]" in text and "/ search" in text
+    assert "[RESOLVED, was warning]" in text and "/ audit" in text
+    assert "charges" not in text
+    day2 = {r["subscription"]: r for r in read_table("hole_alerts").filter(f"day = '{D2}'").collect()}
+    assert {k: (v["state"], v["notified"]) for k, v in day2.items()} == {
+        "charges": ("ongoing", False), "billing": ("escalated", True), "audit": ("resolved", True),
+        "search": ("new", True)}
+
+    # A re-run of day 2 sends nothing and records nothing more.
+    inbox.messages.clear()
+    out = run_alert("--date", str(D2))
+    assert out.exit_code == 0, out.output
+    assert inbox.messages == [] and "nothing to send" in out.output
+    assert read_table("alert_notifications").count() == 6
+
+
+def test_dry_run_and_smtp_down_fail_clearly_and_record_nothing(spark, monkeypatch, settings):
+    port = free_port()  # nothing listens there
+    monkeypatch.setenv("AIRFLOW_CONN_SMTP_DEFAULT", f"smtp://alerts:pa%24%24word@127.0.0.1:{port}?disable_ssl=true")
+    reload_settings()
+    write_snapshots(spark, [snap(at(D1, 5), None, sub="billing", reported=10_001, source="topic-stats")], D1)
+    build_holes(D1, get_settings())
+
+    out = run_alert("--date", str(D1), "--dry-run")
+    assert out.exit_code == 0, out.output
+    assert "dry run: would send 1 message(s)" in out.output
+    assert f"to default <pulsar-ops@localhost>: [brokerlens] Pulsar unacked-range alerts {D1}: 1 critical" in out.output
+    assert "[NEW critical]" in out.output and "pa$$word" not in out.output
+
+    out = run_alert("--date", str(D1))
+    assert out.exit_code == 1
+    assert f"cannot reach SMTP server smtp://alerts@127.0.0.1:{port}" in out.stderr
+    assert "0 of 1 alert message(s) sent and recorded" in out.stderr
+    assert "pa$$word" not in out.output + out.stderr
+    assert read_table("alert_notifications").count() == 0
+    assert not (settings.outbox / "alerts").exists()
+    assert not read_table("hole_alerts").first()["notified"]
+
+
+def test_smtp_target_reads_airflow_connection_forms():
+    settings = Settings(smtp={"host": "relay.local", "port": 2525, "mail_from": "bl@local"})
+    assert str(smtp_target(settings, environ={})) == "smtp://relay.local:2525 (plain, from settings.smtp)"
+    uri = smtp_target(settings, environ={"AIRFLOW_CONN_SMTP_DEFAULT": "smtp://u%40x:p%2Fw@mail.example.com:587?disable_ssl=true"})
+    assert (uri.host, uri.port, uri.login, uri.password.get_secret_value()) == ("mail.example.com", 587, "u@x", "p/w")
+    assert (uri.ssl, uri.starttls, uri.mail_from, uri.timeout) == (False, True, "bl@local", 30.0)
+    assert "p/w" not in str(uri) and "p/w" not in repr(uri)
+    conn = {"conn_type": "smtp", "host": "smtp.example.com", "login": "a", "password": "secret",
+            "extra": json.dumps({"from_email": "alerts@example.com", "timeout": 5})}
+    js = smtp_target(settings, environ={"AIRFLOW_CONN_SMTP_DEFAULT": json.dumps(conn)})
+    # Airflow's SMTP provider defaults: SSL unless disable_ssl, standard port when none is given.
+    assert (js.ssl, js.starttls, js.port, js.mail_from, js.timeout) == (True, False, None, "alerts@example.com", 5.0)
+    assert str(js) == "smtp://a@smtp.example.com:465 (SSL, from Airflow connection smtp_default)"
