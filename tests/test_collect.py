@@ -1,0 +1,179 @@
+"""collect against a local HTTP server replaying recorded admin API responses (Pulsar's format).
+
+tests/fixtures/admin_api/<url path>.json holds the body of ``GET <url path>``; an empty file is
+an HTTP 204 (a policy that is not set).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+import pytest
+
+from brokerlens.collect import CollectError, collect
+from brokerlens.settings import Settings
+
+FIXTURES = Path(__file__).parent / "fixtures" / "admin_api"
+TOKEN = "eyJhbGciOiJIUzI1NiJ9.c2VjcmV0LXJvbGU.do-not-leak-3f9a"
+FLAKY = "/admin/v2/persistent/acme/orders/order-events/stats"
+
+
+class Replay(BaseHTTPRequestHandler):
+    token = TOKEN
+    overrides: dict[str, object] = {}
+    failures: dict[str, int] = {}
+    seen: list[tuple[str, str | None]] = []
+
+    def do_GET(self):  # noqa: N802 (http.server's name)
+        url = urlsplit(self.path)
+        path = unquote(url.path)
+        self.seen.append((self.path, self.headers.get("Authorization")))
+        if self.headers.get("Authorization") != f"Bearer {self.token}":
+            return self._send(401, {"reason": "Authentication required"})
+        if self.failures.get(path, 0) > 0:
+            self.failures[path] -= 1
+            return self._send(500, {"reason": "Internal Server Error"})
+        if path.endswith("/partitioned-stats") and url.query != "perPartition=true":
+            return self._send(400, {"reason": "expected perPartition=true"})
+        if path in self.overrides:
+            body = self.overrides[path]
+            return self._send(204, None) if body is None else self._send(200, body)
+        file = FIXTURES / (path.lstrip("/") + ".json")
+        if not file.is_file():
+            return self._send(404, {"reason": "Topic not found"})
+        text = file.read_text()
+        if not text.strip():
+            return self._send(204, None)
+        self._send(200, json.loads(text))
+
+    def _send(self, status, body):
+        data = b"" if body is None else json.dumps(body).encode()
+        self.send_response(status)
+        if data:
+            self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):  # keep test output quiet
+        pass
+
+
+@pytest.fixture
+def admin():
+    Replay.overrides, Replay.failures, Replay.seen = {}, {FLAKY: 1}, []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Replay)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture
+def collect_settings(brokerlens_home):
+    return Settings(admin_token=TOKEN, collect={"backoff_seconds": 0, "concurrency": 4})
+
+
+def fixture(path: str):
+    return json.loads((FIXTURES / (path.lstrip("/") + ".json")).read_text())
+
+
+def landed(settings: Settings, kind: str) -> list[Path]:
+    return sorted(settings.landing.glob(f"*/{kind}/collect-*"))
+
+
+def test_collect_writes_envelopes_verbatim(admin, collect_settings, caplog):
+    caplog.set_level(logging.DEBUG)
+    result = collect(None, collect_settings, admin_url=admin)
+    [ts_file] = landed(collect_settings, "topic-stats")
+    envelopes = {e["topic"]: e for e in json.loads(ts_file.read_text())}
+    assert set(envelopes) == {"persistent://acme/orders/order-events", "persistent://acme/orders/orders"}
+    events = envelopes["persistent://acme/orders/order-events"]
+    assert events["stats"] == fixture("/admin/v2/persistent/acme/orders/order-events/stats")
+    assert events["cluster"] == "c1" and events["broker"] == "broker-1:8080"  # from the lookup
+    assert events["collected_at"].startswith(ts_file.parent.parent.name)
+    orders = envelopes["persistent://acme/orders/orders"]
+    assert orders["stats"] == fixture("/admin/v2/persistent/acme/orders/orders/partitioned-stats")
+    [is_file] = landed(collect_settings, "internal-stats")
+    internal = {e["topic"]: e for e in json.loads(is_file.read_text())}
+    partitions = orders["stats"]["partitions"]
+    assert set(internal) == {"persistent://acme/orders/order-events", *partitions}
+    for name, part in partitions.items():
+        assert internal[name]["broker"] == part["ownerBroker"]
+        local = name.rsplit("/", 1)[1]
+        assert internal[name]["stats"] == fixture(f"/admin/v2/persistent/acme/orders/{local}/internalStats")
+    # The flaky endpoint failed once with HTTP 500 and was retried.
+    assert sum(1 for path, _ in Replay.seen if path == FLAKY) == 2
+    assert result.metrics["errors"] == 0 and result.metrics["topics"] == 2
+    # Every request carried the token; it appears in no log line and no landing file.
+    assert all(auth == f"Bearer {TOKEN}" for _, auth in Replay.seen)
+    assert TOKEN not in caplog.text and TOKEN not in result.render()
+    for path in collect_settings.landing.rglob("*"):
+        if path.is_file():
+            assert TOKEN not in path.read_text()
+
+
+def test_policies_only_when_changed(admin, collect_settings):
+    collect(None, collect_settings, admin_url=admin)
+    [first] = landed(collect_settings, "policies")
+    records = [json.loads(line) for line in first.read_text().splitlines()]
+    by_kind = {(r["kind"], r.get("namespace") or r.get("topic") or r.get("broker")): r for r in records}
+    assert set(by_kind) == {
+        ("namespace-dispatch-rate", "acme/orders"), ("namespace-subscription-dispatch-rate", "acme/orders"),
+        ("topic-dispatch-rate", "persistent://acme/orders/order-events"),
+        ("topic-subscription-dispatch-rate", "persistent://acme/orders/orders"),
+        ("broker-config", "broker-1:8080"), ("broker-config", "broker-2:8080")}
+    assert by_kind[("topic-dispatch-rate", "persistent://acme/orders/order-events")]["policy"] == \
+        fixture("/admin/v2/persistent/acme/orders/order-events/dispatchRate")
+    broker = by_kind[("broker-config", "broker-1:8080")]["policy"]
+    # The dynamic value (1500, a string in the API) wins over the runtime "0", typed for landing.
+    assert broker["dispatchThrottlingRateInMsg"] == 1500
+    assert broker["preciseDispatcherFlowControl"] is False and broker["managedLedgerMaxUnackedRangesToPersist"] == 10000
+    assert "webServicePort" not in broker
+
+    # Nothing changed: no policy records.
+    Replay.failures = {}
+    collect(None, collect_settings, admin_url=admin)
+    assert len(landed(collect_settings, "policies")) == 1
+
+    # A changed namespace limit and a removed topic policy: exactly those two records.
+    Replay.overrides = {
+        "/admin/v2/namespaces/acme/orders/subscriptionDispatchRate": {
+            "dispatchThrottlingRateInMsg": 120, "dispatchThrottlingRateInByte": -1,
+            "relativeToPublishRate": False, "ratePeriodInSecond": 1},
+        "/admin/v2/persistent/acme/orders/order-events/dispatchRate": None,
+    }
+    collect(None, collect_settings, admin_url=admin)
+    third = landed(collect_settings, "policies")[-1]
+    records = [json.loads(line) for line in third.read_text().splitlines()]
+    assert sorted((r["kind"], r["policy"] and r["policy"]["dispatchThrottlingRateInMsg"]) for r in records) == [
+        ("namespace-subscription-dispatch-rate", 120), ("topic-dispatch-rate", None)]
+
+
+def test_wrong_token_is_a_clear_error_without_the_token(admin, brokerlens_home):
+    settings = Settings(admin_token="wrong-" + TOKEN, collect={"backoff_seconds": 0})
+    with pytest.raises(CollectError, match="HTTP 401") as err:
+        collect(None, settings, admin_url=admin)
+    assert TOKEN not in str(err.value)
+
+
+def test_server_down_after_retries(collect_settings):
+    with pytest.raises(CollectError, match="after 4 attempts"):
+        collect(None, collect_settings, admin_url="http://127.0.0.1:9")
+
+
+def test_cli_never_prints_the_token(admin, brokerlens_home, brokerlens_command):
+    env = {**os.environ, "BROKERLENS_ADMIN_TOKEN": TOKEN, "BROKERLENS_COLLECT__BACKOFF_SECONDS": "0"}
+    run = subprocess.run(brokerlens_command("-v", "collect", "--admin-url", admin), env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert "topics=2" in run.stdout and "retry" in run.stderr  # the 500 was retried, and said so
+    assert TOKEN not in run.stdout + run.stderr
