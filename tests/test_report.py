@@ -1,0 +1,289 @@
+"""`brokerlens report`: the HTML a person opens, rendered by headless Chromium.
+
+Gold tables are seeded with a small day whose numbers the tests compute from their own input;
+the report must show those numbers, one chart per worst scope and per subscription closest to
+the cap, every section, and a readable page in a real browser.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import re
+import shutil
+import subprocess
+from datetime import date, datetime, timedelta, timezone
+from html.parser import HTMLParser
+
+import pytest
+
+from brokerlens.report import report_day, report_path
+from brokerlens.tables import table_schema, write_table
+
+DAY = date(2026, 11, 21)
+T0 = datetime(2026, 11, 21, tzinfo=timezone.utc)
+SECTION_IDS = ["headline", "dispatch", "cursors", "alerts", "producers", "quarantine"]
+
+S1 = dict(level="subscription", cluster="c1", broker="broker-1:8080",
+          topic="persistent://shop/orders/orders-partition-0", subscription="billing")
+T1 = dict(level="topic", cluster="c1", broker="broker-1:8080",
+          topic="persistent://shop/orders/orders-partition-1", subscription=None)
+B1 = dict(level="broker", cluster="c1", broker="broker-2:8080", topic=None, subscription=None)
+
+
+def put(spark, table: str, rows: list[dict]) -> None:
+    """Append rows given by column name (absent columns are null) to a table."""
+    schema = table_schema(table)
+    data = [tuple(r.get(c) for c in schema.column_names) for r in rows]
+    write_table(spark.createDataFrame(data, schema.struct), table, "append")
+
+
+def period(scope, at, msgs, quota, debt_in):
+    allowed = max(0, quota - debt_in)
+    return dict(
+        day=DAY, **scope, period_start=at, interval_seconds=1.0, grain="period", rate_period_seconds=1,
+        count_unit="msgs", msgs=msgs, bytes=msgs * 100, counted_msgs=msgs, msg_limit=quota,
+        quota_msgs=quota, debt_in_msgs=debt_in, allowed_msgs=allowed, over_msgs=max(0, msgs - allowed),
+        debt_out_msgs=max(0, debt_in + msgs - quota), debt_in_bytes=0, over_bytes=0, debt_out_bytes=0,
+        starved=allowed == 0, over_batch_msgs=0, over_redelivery_msgs=0, over_redelivery_bytes=0,
+        over_approx_bytes=0, source="dispatch",
+    )
+
+
+def periods_for(scope, start, delivered, quota):
+    """Consecutive one-second periods with Lindley's recursion, computed here, not by brokerlens."""
+    out, debt = [], 0
+    for i, msgs in enumerate(delivered):
+        row = period(scope, start + timedelta(seconds=i), msgs, quota, debt)
+        debt = row["debt_out_msgs"]
+        out.append(row)
+    return out
+
+
+def daily(scope, periods):
+    return dict(
+        day=DAY, **scope, grain="period", periods=len(periods), msgs=sum(p["msgs"] for p in periods),
+        bytes=sum(p["bytes"] for p in periods),
+        periods_over=sum(p["over_msgs"] > 0 for p in periods),
+        periods_over_msgs=sum(p["over_msgs"] > 0 for p in periods), periods_over_bytes=0,
+        excess_msgs=sum(p["over_msgs"] for p in periods), excess_bytes=0,
+        max_debt_msgs=max((p["debt_out_msgs"] for p in periods), default=0), max_debt_bytes=0,
+        periods_starved=sum(p["starved"] for p in periods), opening_debt_msgs=0, opening_debt_bytes=0,
+        closing_debt_msgs=0, closing_debt_bytes=0, share_other_msgs=1.0 if periods else None,
+        main_cause="other" if any(p["over_msgs"] for p in periods) else None,
+    )
+
+
+def cursor(sub, at, ranges, cap=10000, growth=None):
+    hours = (cap - ranges) / growth if growth and growth > 0 and ranges < cap else (0.0 if ranges >= cap else None)
+    return dict(
+        day=at.date(), snapshot_at=at, cluster="c1", broker="broker-1:8080", namespace="shop/orders",
+        topic="persistent://shop/orders/orders-partition-0", subscription=sub, subscription_type="Shared",
+        ranges=ranges, ranges_source="individuallyDeletedMessages", ranges_reported=ranges,
+        ranges_malformed=False, cap=cap, cap_source="default", over_cap=max(0, ranges - cap),
+        exposure_entries=max(0, ranges - cap) * 3, serialized_bytes=ranges * 26,
+        serialized_bytes_source="estimated", growth_per_hour=growth, growth_snapshots=3,
+        hours_to_cap=hours, forecast_cap_at=at + timedelta(hours=hours) if hours is not None else None,
+    )
+
+
+@pytest.fixture
+def seeded_day(spark):
+    """A small day in every gold table the report reads; returns the expected numbers."""
+    s1 = (periods_for(S1, T0 + timedelta(hours=10), [30, 5, 25, 0, 12], quota=10)
+          + periods_for(S1, T0 + timedelta(hours=15, minutes=30), [14, 14], quota=10))
+    t1 = periods_for(T1, T0 + timedelta(hours=3), [120, 80], quota=100)
+    b1 = periods_for(B1, T0 + timedelta(hours=1), [50, 50], quota=1000)
+    put(spark, "dispatch_periods", s1 + t1 + b1)
+    put(spark, "dispatch_daily", [daily(S1, s1), daily(T1, t1), daily(B1, b1)])
+
+    # "drifting" grows 250 ranges an hour towards the cap; "stuck" is over the cap all day.
+    cursors = [cursor("drifting", T0 + timedelta(hours=h), 2000 + 250 * h, growth=250.0) for h in range(-20, 24, 2)]
+    cursors += [cursor("stuck", T0 + timedelta(hours=h), 12000 + h, growth=1.0) for h in range(0, 24, 4)]
+    cursors += [cursor("healthy", T0 + timedelta(hours=h), 40, growth=0.0) for h in range(0, 24, 6)]
+    put(spark, "cursor_ranges", cursors)
+
+    alert_base = dict(day=DAY, cluster="c1", namespace="shop/orders",
+                      topic="persistent://shop/orders/orders-partition-0", subscription_type="Shared",
+                      warning_threshold=8000, horizon_hours=24.0, first_seen=DAY, cap=10000, notified=True)
+    put(spark, "hole_alerts", [
+        dict(alert_base, subscription="stuck", severity="critical", state="new", ranges=12020,
+             reason="12,020 ranges >= cap 10,000", hint="Shared: bound unacked messages per consumer."),
+        dict(alert_base, subscription="drifting", severity="forecast", state="ongoing", ranges=7500,
+             reason="cap within 24 h", notified=False),
+        dict(alert_base, subscription="old", severity=None, state="resolved", ranges=None,
+             reason="back under the warning threshold", notified=False),
+    ])
+    put(spark, "alert_notifications", [dict(
+        day=DAY, group_name="payments", recipients=["ops@example.com", "sre@example.com"], cluster="c1",
+        namespace="shop/orders", topic="persistent://shop/orders/orders-partition-0", subscription="stuck",
+        severity="critical", state="new", subject="[brokerlens] critical: stuck", message_id="<1@x>",
+        outbox_file="outbox/1.eml", sent_at=T0 + timedelta(hours=23, minutes=5))])
+    lint_base = dict(day=DAY, cluster="c1", topic="persistent://shop/orders/orders", config_hash="h",
+                     first_seen=T0, last_seen=T0 + timedelta(hours=23), snapshots=24, partitions=8)
+    put(spark, "producer_lint", [
+        dict(lint_base, producer_name="orders-app-1", rule="batch-never-fills-by-count", severity="error",
+             setting="batchingMaxMessages", configured="1000", bound=500.0, suggested="250",
+             message="batchingMaxMessages 1000 > maxPendingMessages 500"),
+        dict(lint_base, producer_name="orders-app-1", rule="queue-full-fails-fast", severity="warning",
+             setting="blockIfQueueFull", configured="false", suggested="true",
+             message="blockIfQueueFull=false with 3 send failures"),
+    ])
+    health_base = dict(day=DAY, cluster="c1", topic="persistent://shop/orders/orders", partitions=8,
+                       snapshots=24, configurations=1)
+    put(spark, "producer_health", [
+        dict(health_base, producer_name="orders-app-1", msgs_sent=12000, batches_sent=400, msgs_per_batch=30.0,
+             batching_max_messages=1000, batch_fill_ratio=0.03, send_failed=3, send_failed_queue_full=3,
+             lint_findings=2),
+        dict(health_base, producer_name="orders-app-2", msgs_sent=9000, batches_sent=10, msgs_per_batch=900.0,
+             batching_max_messages=1000, batch_fill_ratio=0.9, send_failed=0, lint_findings=0),
+    ])
+    put(spark, "quarantine", [
+        dict(day=DAY, stage="land", kind="dispatch", source_file=f"2026-11-21/dispatch/a.jsonl", line=i,
+             reason=reason, detail=f"line {i}", raw="{}", ingested_at=T0)
+        for i, reason in enumerate(["duplicate", "duplicate", "negative-counter"], start=1)
+    ])
+    return dict(s1=s1, t1=t1, b1=b1, cursors=cursors)
+
+
+class Page(HTMLParser):
+    """Sections, headline numbers, chart images and table cells of the report."""
+
+    def __init__(self, html: str):
+        super().__init__()
+        self.sections: list[str] = []
+        self.images: list[dict] = []
+        self.text: dict[str, list[str]] = {}
+        self._section = None
+        self.feed(html)
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if tag == "section":
+            self._section = attrs.get("id")
+            self.sections.append(self._section)
+            self.text[self._section] = []
+        if tag == "img":
+            self.images.append(dict(attrs, section=self._section))
+
+    def handle_data(self, data):
+        if self._section and data.strip():
+            self.text[self._section].append(data.strip())
+
+    def joined(self, section: str) -> str:
+        return " | ".join(self.text[section])
+
+
+def chromium() -> str:
+    path = shutil.which("chromium") or shutil.which("chromium-browser")
+    if path is None:
+        message = "headless Chromium is needed: sudo apt-get install -y chromium (infra/bootstrap.sh does it as root)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    return path
+
+
+def run_chromium(tmp_path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         f"--user-data-dir={tmp_path / 'chromium-profile'}", *args],
+        capture_output=True, text=True, timeout=180,
+    )
+
+
+def test_report_numbers_sections_and_charts(spark, settings, seeded_day):
+    result = report_day(DAY, settings)
+    path = report_path(DAY, settings)
+    assert path == settings.reports / "2026-11-21" / "brokerlens-2026-11-21.html"
+    assert f"report: {path}" in result.lines
+    page = Page(path.read_text())
+    assert page.sections == SECTION_IDS
+    assert result.metrics["charts"] == 5 and result.metrics["empty_sections"] == 0
+
+    # Headline: the numbers this test's input implies.
+    s1, t1 = seeded_day["s1"], seeded_day["t1"]
+    excess = sum(p["over_msgs"] for p in s1 + t1)
+    headline = page.joined("headline")
+    assert f"{excess:,} | messages over quota" in headline
+    assert "2 | scopes over quota" in headline  # the broker stayed within its quota
+    assert "1 | over the cap (peak)" in headline  # "stuck"
+    assert "3 | records quarantined" in headline
+    assert "1 | new or escalated alerts" in headline
+    assert "1 | producers with findings" in headline
+
+    # Dispatch: the worst scopes first, one chart each with its own totals, none for the broker.
+    charts = [i for i in page.images if i["section"] == "dispatch"]
+    assert [c["alt"].split(":")[0] for c in charts] == ["subscription", "topic"]
+    for chart, rows in zip(charts, (s1, t1)):
+        over = sum(p["over_msgs"] for p in rows)
+        debt = max(p["debt_out_msgs"] for p in rows)
+        assert chart["alt"].endswith(f"{over:,} msgs over quota in the day, debt up to {debt:,} msgs")
+        svg = base64.b64decode(chart["src"].removeprefix("data:image/svg+xml;base64,")).decode()
+        assert "<svg" in svg and "over quota" in svg
+    dispatch = page.joined("dispatch")
+    assert dispatch.index("shop/orders/orders-partition-0 · billing") < dispatch.index("topic shop/orders/orders-partition-1")
+    assert "broker-2:8080" not in dispatch
+
+    # Cursors: closest to the cap first ("stuck" is over it), "healthy" charted last.
+    cursors = page.joined("cursors")
+    assert cursors.index("· stuck") < cursors.index("· drifting") < cursors.index("· healthy")
+    stuck_last = max((c for c in seeded_day["cursors"] if c["subscription"] == "stuck"), key=lambda c: c["snapshot_at"])
+    assert f"{stuck_last['ranges']:,}" in cursors and f"{stuck_last['over_cap']:,}" in cursors
+    cursor_charts = [i for i in page.images if i["section"] == "cursors"]
+    assert [c["alt"].split(":")[0] for c in cursor_charts] == [f"shop/orders/orders-partition-0 · {s}" for s in ("stuck", "drifting", "healthy")]
+    drifting_peak = max(c["ranges"] for c in seeded_day["cursors"] if c["subscription"] == "drifting" and c["day"] == DAY)
+    assert any(f"up to {drifting_peak:,} ranges against a cap of 10,000" in c["alt"] for c in cursor_charts)
+
+    # Alerts, producers, quarantine.
+    alerts = page.joined("alerts")
+    assert alerts.index("critical") < alerts.index("forecast") < alerts.index("resolved")
+    assert "ops@example.com, sre@example.com" in alerts and "1 to 1 group" in alerts
+    producers = page.joined("producers")
+    assert producers.index("batch-never-fills-by-count") < producers.index("queue-full-fails-fast")
+    assert "orders-app-1" in producers and "3%" in producers and "orders-app-2" not in producers
+    quarantine = page.joined("quarantine")
+    assert "duplicate | 2" in quarantine and "negative-counter | 1" in quarantine
+
+
+def test_report_reads_well_in_headless_chromium(spark, settings, seeded_day, tmp_path):
+    report_day(DAY, settings)
+    url = report_path(DAY, settings).as_uri()
+    shot = tmp_path / "report.png"
+    proc = run_chromium(tmp_path, f"--screenshot={shot}", "--window-size=1280,4000", url)
+    assert shot.is_file(), proc.stderr[-2000:]
+
+    import matplotlib.image as mpimg
+
+    pixels = mpimg.imread(str(shot))[..., :3]
+    assert pixels.shape[:2] == (4000, 1280)
+    # Not blank: text, charts and tables put dark and coloured pixels on the page.
+    assert pixels.std() > 0.05
+    dark = (pixels.mean(axis=2) < 0.5).mean()
+    assert 0.005 < dark < 0.5
+    # The charts' colours (over-quota red, debt/ranges blue) are painted.
+    red = ((pixels[..., 0] > 0.7) & (pixels[..., 1] < 0.6) & (pixels[..., 2] < 0.5)).sum()
+    blue = ((pixels[..., 2] > 0.5) & (pixels[..., 0] < 0.3)).sum()
+    assert red > 500 and blue > 500
+    if os.environ.get("BROKERLENS_KEEP_SCREENSHOT"):
+        shutil.copy(shot, os.environ["BROKERLENS_KEEP_SCREENSHOT"])
+
+    # The DOM as Chromium built it: every section, every chart image decoded by the browser.
+    dom = run_chromium(tmp_path, "--dump-dom", "--virtual-time-budget=5000", url)
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    page = Page(dom.stdout)
+    assert page.sections == SECTION_IDS
+    assert len([i for i in page.images if i["src"].startswith("data:image/svg+xml;base64,")]) == 5
+
+
+def test_report_on_empty_tables_says_no_data(spark, settings):
+    result = report_day(DAY, settings)
+    page = Page(report_path(DAY, settings).read_text())
+    assert page.sections == SECTION_IDS
+    assert page.images == []
+    assert result.metrics["charts"] == 0
+    for section in ("dispatch", "cursors", "alerts", "producers"):
+        assert re.search(r"No (\w+ )?(data|hole-risk alerts) for 2026-11-21", page.joined(section)), section
+    assert "Nothing was quarantined on 2026-11-21." in page.joined("quarantine")
+    assert "no data" in page.joined("headline")
