@@ -1,0 +1,189 @@
+"""Record checks shared by the landing parsers, as Spark column expressions.
+
+A JSON object is parsed twice: as ``map<string,string>`` (what keys are present, with their raw
+JSON text) and into a typed struct. A key present in the map but null in the struct has the
+wrong type. Each check yields ``(priority, condition, reason, detail)``; a record's problem is
+the first condition that holds, in priority order, so one record gets one clear reason.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import date, datetime, time, timedelta, timezone
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+
+# Reason codes (schemas/tables/quarantine.yaml), in the order a record is judged.
+MALFORMED_JSON = "malformed-json"
+MALFORMED_LINE = "malformed-line"
+MISSING_FIELD = "missing-field"
+WRONG_TYPE = "wrong-type"
+UNKNOWN_ENUM = "unknown-enum"
+NEGATIVE_COUNTER = "negative-counter"
+OUTSIDE_DAY = "outside-day"
+DUPLICATE = "duplicate"
+UNREADABLE_FILE = "unreadable-file"
+PRIORITY = [MALFORMED_JSON, MALFORMED_LINE, MISSING_FIELD, WRONG_TYPE, UNKNOWN_ENUM, NEGATIVE_COUNTER, OUTSIDE_DAY, DUPLICATE]
+
+RAW_LIMIT = 64 * 1024  # quarantine.raw is truncated to 64 KiB
+
+
+@dataclass(frozen=True)
+class Field:
+    """One key of a JSON object, by its Pulsar name."""
+
+    key: str
+    type: str = "string"
+    required: bool = False
+    counter: bool = False  # a negative value is a bad record
+    enum: tuple[str, ...] = ()
+    in_day: bool = False  # a timestamp that must lie within the landing day
+    column: str | None = None
+
+    @property
+    def name(self) -> str:
+        return self.column or snake(self.key)
+
+
+def snake(key: str) -> str:
+    return re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", key).lower()
+
+
+def struct_ddl(fields: tuple[Field, ...]) -> str:
+    return ", ".join(f"`{f.key}` {f.type}" for f in fields)
+
+
+def parse_object(text: Column, fields: tuple[Field, ...]) -> tuple[Column, Column]:
+    """(present keys as map<string,string>, typed struct) of a JSON object text."""
+    return F.from_json(text, "map<string,string>"), F.from_json(text, struct_ddl(fields))
+
+
+def typed_columns(typed: Column, fields: tuple[Field, ...]) -> list[Column]:
+    return [typed[f.key].alias(f.name) for f in fields]
+
+
+def day_bounds(day: date) -> tuple[datetime, datetime]:
+    start = datetime.combine(day, time(0), tzinfo=timezone.utc)
+    return start, start + timedelta(days=1)
+
+
+def field_problems(
+    keys: Column, typed: Column, fields: tuple[Field, ...], day: date, where: str = ""
+) -> list[tuple[int, Column, str, Column]]:
+    start, end = day_bounds(day)
+    out = []
+    for f in fields:
+        label = f"{where}{f.key}"
+        raw = keys[f.key]
+        value = typed[f.key]
+        if f.required:
+            out.append((PRIORITY.index(MISSING_FIELD), raw.isNull(), MISSING_FIELD, F.lit(f"{label} is missing")))
+        out.append(
+            (
+                PRIORITY.index(WRONG_TYPE),
+                raw.isNotNull() & value.isNull(),
+                WRONG_TYPE,
+                F.concat(F.lit(f"{label} should be {f.type}, got "), F.substring(raw, 1, 200)),
+            )
+        )
+        if f.enum:
+            out.append(
+                (
+                    PRIORITY.index(UNKNOWN_ENUM),
+                    value.isNotNull() & ~value.isin(*f.enum),
+                    UNKNOWN_ENUM,
+                    F.concat(F.lit(f"{label} {{"), value, F.lit(f"}} is not one of {', '.join(f.enum)}")),
+                )
+            )
+        if f.counter:
+            out.append(
+                (
+                    PRIORITY.index(NEGATIVE_COUNTER),
+                    value < 0,
+                    NEGATIVE_COUNTER,
+                    F.concat(F.lit(f"{label} is negative: "), value.cast("string")),
+                )
+            )
+        if f.in_day:
+            out.append(
+                (
+                    PRIORITY.index(OUTSIDE_DAY),
+                    (value < F.lit(start)) | (value >= F.lit(end)),
+                    OUTSIDE_DAY,
+                    F.concat(F.lit(f"{label} "), F.date_format(value, "yyyy-MM-dd'T'HH:mm:ss'Z'"), F.lit(f" is not on {day.isoformat()}")),
+                )
+            )
+    return out
+
+
+def malformed_json(text: Column, keys: Column, where: str = "") -> list[tuple[int, Column, str, Column]]:
+    """Not JSON at all, or JSON but not an object."""
+    parsed = F.try_parse_json(text)
+    return [
+        (PRIORITY.index(MALFORMED_JSON), parsed.isNull(), MALFORMED_JSON, F.lit(f"{where}not valid JSON")),
+        (PRIORITY.index(MALFORMED_JSON), keys.isNull(), MALFORMED_JSON, F.lit(f"{where}not a JSON object")),
+    ]
+
+
+def first_problem(problems: list[tuple[int, Column, str, Column]]) -> Column:
+    """struct(reason, detail) of the first problem that holds, or null."""
+    ordered = sorted(problems, key=lambda p: p[0])
+    return F.coalesce(
+        *[
+            F.when(cond, F.struct(F.lit(reason).alias("reason"), detail.alias("detail")))
+            for _, cond, reason, detail in ordered
+        ],
+        F.lit(None).cast("struct<reason:string,detail:string>"),
+    )
+
+
+def mark_duplicates(records: DataFrame, within_file: bool = False) -> DataFrame:
+    """Add ``duplicate_of`` (file:line of the first copy) to records whose raw text repeats.
+
+    Only hashes and positions are shuffled, not the records themselves.
+    """
+    scope = ["source_file"] if within_file else []
+    keyed = records.withColumn("_hash", F.sha2("raw", 256))
+    position = F.struct(F.col("source_file"), F.coalesce(F.col("line"), F.lit(0)).alias("line"))
+    first = (
+        keyed.select(*scope, "_hash", position.alias("_pos"))
+        .groupBy(*scope, "_hash")
+        .agg(F.min("_pos").alias("_first"), F.count("*").alias("_n"))
+        .where("_n > 1")
+        .drop("_n")
+    )
+    joined = keyed.join(first, [*scope, "_hash"], "left")
+    is_copy = F.col("_first").isNotNull() & (
+        (F.col("_first.source_file") != F.col("source_file"))
+        | (F.col("_first.line") != F.coalesce(F.col("line"), F.lit(0)))
+    )
+    where = F.when(F.col("_first.line") > 0, F.concat(F.lit(":"), F.col("_first.line").cast("string"))).otherwise(F.lit(""))
+    return joined.withColumn(
+        "duplicate_of", F.when(is_copy, F.concat(F.col("_first.source_file"), where))
+    ).drop("_hash", "_first")
+
+
+def duplicate_problem() -> tuple[int, Column, str, Column]:
+    return (
+        PRIORITY.index(DUPLICATE),
+        F.col("duplicate_of").isNotNull(),
+        DUPLICATE,
+        F.concat(F.lit("exact copy of "), F.col("duplicate_of")),
+    )
+
+
+def quarantine_frame(bad: DataFrame, day: date, kind: str) -> DataFrame:
+    """Quarantine rows from a frame with source_file, line, raw, ingested_at, problem."""
+    return bad.select(
+        F.lit(day).alias("day"),
+        F.lit("land").alias("stage"),
+        F.lit(kind).alias("kind"),
+        "source_file",
+        F.col("line").cast("int").alias("line"),
+        F.col("problem.reason").alias("reason"),
+        F.col("problem.detail").alias("detail"),
+        F.substring("raw", 1, RAW_LIMIT).alias("raw"),
+        "ingested_at",
+    )

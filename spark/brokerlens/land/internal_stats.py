@@ -1,0 +1,75 @@
+"""internal-stats/*.json: ``pulsar-admin topics stats-internal`` (PersistentTopicInternalStats,
+ManagedLedgerInternalStats.CursorStats) in the envelope. One bronze row per topic partition x
+cursor."""
+
+from __future__ import annotations
+
+from datetime import date
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from .checks import PRIORITY, WRONG_TYPE, Field
+from .envelope import explode_children
+
+KIND = "internal-stats"
+TABLE = "bronze_internal_stats"
+SUFFIXES = (".json",)
+WHOLE_FILE = True
+POSITION = r"^-?[0-9]+:-?[0-9]+$"  # ledgerId:entryId
+
+TOPIC = (
+    Field("entriesAddedCounter", "bigint", counter=True),
+    Field("numberOfEntries", "bigint", counter=True),
+    Field("totalSize", "bigint", counter=True),
+    Field("currentLedgerEntries", "bigint", counter=True),
+    Field("currentLedgerSize", "bigint", counter=True),
+    Field("lastConfirmedEntry"),
+    Field("state"),
+    Field("ledgers", "array<struct<ledgerId:bigint,entries:bigint,size:bigint>>"),
+    Field("cursors", "map<string,string>"),
+)
+CURSOR = (
+    Field("markDeletePosition", required=True),
+    Field("readPosition"),
+    Field("individuallyDeletedMessages"),
+    Field("totalNonContiguousDeletedMessagesRange", "bigint", counter=True),
+    # Pulsar reports messagesConsumedCounter < 0 after a cursor reset: not a bad record.
+    Field("messagesConsumedCounter", "bigint"),
+    Field("numberOfEntriesSinceFirstNotAckedMessage", "bigint"),
+    Field("cursorLedger", "bigint"),
+    Field("state", column="cursor_state"),
+    Field("active", "boolean", column="cursor_active"),
+)
+
+
+def _position_problems(cursor: F.Column) -> list:
+    return [
+        (
+            PRIORITY.index(WRONG_TYPE),
+            cursor[key].isNotNull() & ~cursor[key].rlike(POSITION),
+            WRONG_TYPE,
+            F.concat(F.lit(f"{key} should be ledgerId:entryId, got "), F.substring(cursor[key], 1, 100)),
+        )
+        for key in ("markDeletePosition", "readPosition")
+    ]
+
+
+def parse(records: DataFrame, day: date) -> DataFrame:
+    rows, bad = explode_children(records, day, TOPIC, "cursors", CURSOR, "cursor", _position_problems)
+    ts, cs = F.col("_ts"), F.col("_cs")
+    ledgers = F.filter(ts["ledgers"], lambda ledger: ledger["ledgerId"].isNotNull())
+    return rows.select(
+        F.lit(day).alias("day"),
+        "collected_at", "cluster", "broker", "topic",
+        *[ts[f.key].alias(f.name) for f in TOPIC if f.key not in ("ledgers", "cursors")],
+        F.map_from_arrays(
+            F.transform(ledgers, lambda ledger: ledger["ledgerId"]),
+            F.transform(ledgers, lambda ledger: ledger["entries"]),
+        ).alias("ledger_entries"),
+        # Pulsar lists ledgers oldest first; the last one is being written.
+        F.element_at(ledgers, -1)["ledgerId"].alias("current_ledger_id"),
+        F.col("child").alias("cursor"),
+        *[cs[f.key].alias(f.name) for f in CURSOR],
+        "source_file", "line", "ingested_at", "raw", "problem",
+    ).unionByName(bad, allowMissingColumns=True)

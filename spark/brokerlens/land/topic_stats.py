@@ -1,0 +1,69 @@
+"""topic-stats/*.json: ``pulsar-admin topics stats`` (TopicStats) or ``partitioned-stats
+--per-partition`` in the envelope. One bronze row per topic partition x subscription."""
+
+from __future__ import annotations
+
+from datetime import date
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from .checks import Field
+from .envelope import explode_children
+
+KIND = "topic-stats"
+TABLE = "bronze_topic_stats"
+SUFFIXES = (".json",)
+WHOLE_FILE = True
+SUBSCRIPTION_TYPES = ("Exclusive", "Shared", "Failover", "Key_Shared")
+
+TOPIC = (
+    Field("msgInCounter", "bigint", counter=True, column="topic_msg_in_counter"),
+    Field("bytesInCounter", "bigint", counter=True, column="topic_bytes_in_counter"),
+    Field("msgOutCounter", "bigint", counter=True, column="topic_msg_out_counter"),
+    Field("bytesOutCounter", "bigint", counter=True, column="topic_bytes_out_counter"),
+    Field("msgRateIn", "double", column="topic_msg_rate_in"),
+    Field("msgRateOut", "double", column="topic_msg_rate_out"),
+    Field("averageMsgSize", "double", column="topic_average_msg_size"),
+    Field("storageSize", "bigint"),
+    Field("backlogSize", "bigint"),
+    Field("publishers", "array<string>"),
+    Field("subscriptions", "map<string,string>"),
+)
+SUBSCRIPTION = (
+    Field("type", enum=SUBSCRIPTION_TYPES, column="subscription_type"),
+    Field("msgOutCounter", "bigint", counter=True),
+    Field("bytesOutCounter", "bigint", counter=True),
+    Field("msgRateOut", "double"),
+    Field("msgThroughputOut", "double"),
+    Field("msgRateRedeliver", "double"),
+    Field("msgBacklog", "bigint"),
+    Field("unackedMessages", "bigint"),
+    Field("msgDelayed", "bigint"),
+    Field("nonContiguousDeletedMessagesRanges", "bigint", counter=True),
+    Field("nonContiguousDeletedMessagesRangesSerializedSize", "bigint", counter=True),
+    Field("blockedSubscriptionOnUnackedMsgs", "boolean"),
+    Field("consumers", "array<string>"),
+)
+
+
+def count(array: F.Column) -> F.Column:
+    # size(null) is -1 in Spark; an absent list is unknown, not negative.
+    return F.when(array.isNotNull(), F.size(array))
+
+
+def parse(records: DataFrame, day: date) -> DataFrame:
+    rows, bad = explode_children(records, day, TOPIC, "subscriptions", SUBSCRIPTION, "subscription")
+    ts, ss = F.col("_ts"), F.col("_cs")
+    return rows.select(
+        F.lit(day).alias("day"),
+        "collected_at", "cluster", "broker", "topic", "partitioned_topic",
+        *[ts[f.key].alias(f.name) for f in TOPIC if f.key not in ("publishers", "subscriptions")],
+        count(ts["publishers"]).alias("publishers"),
+        F.col("_tk")["publishers"].alias("publishers_json"),
+        F.col("child").alias("subscription"),
+        *[ss[f.key].alias(f.name) for f in SUBSCRIPTION if f.key != "consumers"],
+        count(ss["consumers"]).alias("consumers"),
+        F.col("child_json").alias("subscription_json"),
+        "source_file", "line", "ingested_at", "raw", "problem",
+    ).unionByName(bad, allowMissingColumns=True)
