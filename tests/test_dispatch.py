@@ -3,7 +3,7 @@ property test against a plain sequential reference, day-by-day builds and cascad
 
 from __future__ import annotations
 
-import math
+import random
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta, timezone
 
@@ -255,3 +255,145 @@ def test_over_delivery_causes(spark):
     assert redelivery["over_approx_bytes"] == 1500 // 15  # at most one average entry of the 200 left
     assert (batch["over_msgs"], batch["over_batch_msgs"], batch["over_redelivery_msgs"]) == (6, 6, 0)
     assert big_entry["over_approx_bytes"] == 300  # one 1300 B entry overshot a 1000 B allowance
+
+
+# ------------------------------------------------------- sequential reference and property test
+
+
+@dataclass
+class Series:
+    """One subscription partition: its limits over the day, its records, its opening debt."""
+
+    topic: str
+    period: int
+    count_entries: bool
+    limits: list[tuple[float, int | None, int | None]]  # (seconds from midnight, msg, byte)
+    records: dict[int, tuple[int, int, int, int]] = field(default_factory=dict)  # t -> msgs, bytes, entries, redelivered
+    opening: tuple[int, int] = (0, 0)
+
+
+def reference(series: Series, horizon_days: int = 1):
+    """Pulsar's limiter, period by period, in plain Python (the definition, not the algorithm).
+
+    Times are seconds from the first day's midnight; limits are (start, msg, byte) and a limit
+    in force at a period's start applies to the whole period; <= 0 or None is unlimited.
+    Returns ({period start: row}, closing debt at each midnight)."""
+    end = 86400 * horizon_days
+    debt = list(series.opening)
+    rows, closing = {}, {}
+    starts = sorted(series.records)
+    t, i = 0, 0
+    while t < end:
+        if debt == [0, 0] and t not in series.records:  # nothing owed, nothing sent: jump ahead
+            nxt = next((s for s in starts if s > t), None)
+            midnight = (t // 86400 + 1) * 86400
+            if nxt is None or nxt >= midnight:
+                closing[midnight] = (0, 0)
+                t = nxt if nxt is not None else end
+                continue
+            t = nxt
+        in_force = [lim for lim in series.limits if lim[0] <= t]
+        quotas = [q if q and q > 0 else None for q in (in_force[-1][1:] if in_force else (None, None))]
+        msgs, bytes_, entries, redelivered = series.records.get(t, (0, 0, 0, 0))
+        delivered = [entries if series.count_entries else msgs, bytes_]
+        row = {}
+        for k, name in enumerate(("msgs", "bytes")):
+            q, d = quotas[k], delivered[k]
+            if q is None:
+                row.update({f"quota_{name}": None, f"debt_in_{name}": 0, f"allowed_{name}": None,
+                            f"over_{name}": 0, f"debt_out_{name}": 0})  # fmt: skip
+                debt[k] = 0
+                continue
+            allowed = max(0, q - debt[k])
+            row.update({f"quota_{name}": q, f"debt_in_{name}": debt[k], f"allowed_{name}": allowed,
+                        f"over_{name}": max(0, d - allowed)})  # fmt: skip
+            debt[k] = max(0, debt[k] + d - q)
+            row[f"debt_out_{name}"] = debt[k]
+        if t in series.records:
+            row["counted_msgs"] = delivered[0]
+            row["starved"] = row["allowed_msgs"] == 0 or row["allowed_bytes"] == 0
+            rows[t] = row
+        t += series.period
+        if t % 86400 < series.period:
+            closing[t - t % 86400] = tuple(debt)
+    return rows, closing
+
+
+COMPARED = ["counted_msgs", "starved"] + [
+    f"{c}_{m}" for m in ("msgs", "bytes") for c in ("quota", "debt_in", "allowed", "over", "debt_out")
+]
+
+
+def series_rows(s: Series, day_offset: int = 0, day: date = D1):
+    """dispatch_intervals and rate_limits rows of one day (offset in days from the series' start)."""
+    lo, hi = 86400 * day_offset, 86400 * (day_offset + 1)
+    intervals = [
+        interval("subscription", t - lo, m, day=day, bytes_=b, entries=e, redelivered=r,
+                 topic=s.topic, subscription="s", seconds=s.period)  # fmt: skip
+        for t, (m, b, e, r) in sorted(s.records.items())
+        if lo <= t < hi
+    ]
+    changes = [(start, msg, byte) for start, msg, byte in s.limits]
+    limits = []
+    for k, (start, msg, byte) in enumerate(changes):
+        stop = changes[k + 1][0] if k + 1 < len(changes) else hi
+        if stop <= lo or start >= hi:
+            continue
+        limits.append(limit("subscription", msg, byte_limit=byte, day=day, topic=s.topic,
+                            start=max(start, lo) - lo, end=min(stop, hi) - lo,
+                            period=s.period, count_entries=s.count_entries))  # fmt: skip
+    return intervals, limits
+
+
+def random_series(rng: random.Random) -> Series:
+    """A random day start: quota changes (some unaligned to the period, some to 0, -1 or none
+    = unlimited), gaps of any length, batches, redeliveries, sometimes an opening debt."""
+    period = rng.choice([1, 1, 2, 3])
+    quota = lambda: rng.choice([None, 0, -1] + [rng.randint(1, 30)] * 6)  # noqa: E731
+    byte_quota = lambda: rng.choice([None, rng.randint(1, 3000), rng.randint(1, 3000)])  # noqa: E731
+    base = rng.choice([0, 0, 86400 - 30 * period])  # some end near midnight, owing debt
+    changes = sorted({base + round(rng.uniform(0.5, 80) * 2) / 2 for _ in range(rng.randint(0, 3))})
+    limits = [(0.0, quota(), byte_quota())] + [(c, quota(), byte_quota()) for c in changes]
+    records = {}
+    for slot in rng.sample(range(30 if base else 41), rng.randint(0, 25)):
+        msgs = rng.choice([0, rng.randint(1, 15), rng.randint(1, 60)])
+        entries = rng.randint(1, msgs) if msgs else 0
+        records[base + slot * period] = (msgs, rng.randint(0, 5000), entries, rng.randint(0, msgs // 3))
+    opening = rng.choice([(0, 0), (0, 0), (25, 0), (7, 2500), (400, 90000)])
+    return Series("", period, rng.random() < 0.3, limits, records, opening)
+
+
+def check_against_reference(spark, all_series: list[Series]):
+    """One Spark job for all series: dispatch_periods and closing_debt vs the reference."""
+    intervals, limits, opening = [], [], []
+    for k, s in enumerate(all_series):
+        s.topic = partition("random", k)
+        i, lim = series_rows(s)
+        intervals += i
+        limits += lim
+        if s.opening != (0, 0):
+            opening.append({"day": D1 - timedelta(days=1), "level": "subscription", "cluster": "c1",
+                            "broker": BROKER, "topic": s.topic, "subscription": "s",
+                            "debt_msgs": s.opening[0], "debt_bytes": s.opening[1]})  # fmt: skip
+    limits_df = frame(spark, "rate_limits", limits)
+    opening_df = frame(spark, "debt_state", opening)
+    periods = dispatch_periods(frame(spark, "dispatch_intervals", intervals), limits_df, opening_df).cache()
+    got = {(r["topic"], round(offset(r))): r for r in periods.collect()}
+    closing = {r["topic"]: (r["debt_msgs"], r["debt_bytes"]) for r in closing_debt(periods, limits_df, opening_df, D1).collect()}
+    periods.unpersist()
+    assert len(got) == len(intervals)
+    for s in all_series:
+        rows, closed = reference(s)
+        for t, want in rows.items():
+            have = got[(s.topic, t)]
+            assert {c: have[c] for c in COMPARED} == want, (s, t)
+        assert closing.get(s.topic, (0, 0)) == closed[86400], s
+
+
+@hsettings(max_examples=3, deadline=None, derandomize=True,
+           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large])  # fmt: skip
+@given(seed=st.integers(0, 2**32 - 1))
+def test_window_functions_match_sequential_reference(spark, seed):
+    """Many random series per example, one Spark job per example (not per series)."""
+    rng = random.Random(seed)
+    check_against_reference(spark, [random_series(rng) for _ in range(60)])
