@@ -19,6 +19,7 @@ import pytest
 
 from brokerlens.demo import big_dispatch_series, generate_day
 from brokerlens.settings import Settings
+from brokerlens.stage import StageFailed
 
 DAY = date(2026, 11, 21)
 MIDNIGHT = datetime(2026, 11, 21, tzinfo=timezone.utc)
@@ -76,7 +77,7 @@ def test_all_kinds_and_manifest(demo):
     unreadable = [b for b in manifest["bad_records"] if b["reason"] == "unreadable-file"]
     with pytest.raises(UnicodeDecodeError):
         (settings.landing / unreadable[0]["file"]).read_bytes().decode("utf-8")
-    assert result.metrics["bad_records"] == len(manifest["bad_records"])
+    assert result.metrics["bad_records"] == len(manifest["bad_records"]) and manifest["complete"]
 
 
 def test_nothing_else_is_bad(demo):
@@ -356,9 +357,16 @@ def test_same_seed_same_bytes(demo, tmp_path):
     again = Settings(home=tmp_path / "again")
     generate_day(DAY, again, scale=0.3, seed=7)
     assert tree_digest(again.landing / DAY.isoformat()) == tree_digest(root)
-    other = Settings(home=tmp_path / "other")
-    generate_day(DAY, other, scale=0.3, seed=8)
-    assert tree_digest(other.landing / DAY.isoformat()) != tree_digest(root)
+
+
+def test_never_replaces_collected_data(tmp_path):
+    settings = Settings(home=tmp_path)
+    collected = settings.landing / DAY.isoformat() / "topic-stats" / "collect-100000-000.json"
+    collected.parent.mkdir(parents=True)
+    collected.write_text("[]")
+    with pytest.raises(StageFailed, match="did not write"):
+        generate_day(DAY, settings, scale=0.3)
+    assert collected.read_text() == "[]"
 
 
 def test_big_dispatch_series(tmp_path):

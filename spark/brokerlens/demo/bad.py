@@ -43,8 +43,15 @@ def sprinkle(root: Path, landing: Path, day: date, cluster: str) -> list[dict]:
     good = json.loads(_lines(dispatch)[0])
     first_line = _lines(dispatch)[0]
 
+    # Each bad variant gets a second in which its scope has no record, so that it is not also a
+    # duplicate of a good record by key and has exactly one problem.
+    scope = [good.get(k) for k in ("level", "broker", "topic", "subscription")]
+    used = {r["period_start"] for r in map(json.loads, _lines(dispatch))
+            if [r.get(k) for k in ("level", "broker", "topic", "subscription")] == scope}
+    free = (s for s in (f"{day.isoformat()}T00:{m:02d}:{x:02d}Z" for m in range(60) for x in range(60)) if s not in used)
+
     def variant(**changes):
-        rec = dict(good)
+        rec = dict(good, period_start=next(free))
         for key, value in changes.items():
             if value is _DROP:
                 rec.pop(key)
@@ -168,6 +175,7 @@ def manifest(sim, day: date, scale: float, seed: int, counts: dict, bad_records:
     c = sim.cluster
     return {
         "format": MANIFEST_FORMAT,
+        "complete": True,
         "day": day.isoformat(),
         "scale": scale,
         "seed": seed,

@@ -164,7 +164,7 @@ def build_cluster(scale: float, seed: int) -> Cluster:
         parts = int(rng.choice([0, 2]))
         count = max(parts, 1)
         tenant = f"tenant-{i % max(1, n_bulk // 3) + 1:02d}"
-        t_brokers = [brokers[(3 * i + p) % n_brokers] for p in range(count)]
+        t_brokers = [brokers[(i + p) % n_brokers] for p in range(count)]
         subs = [SubSpec(f"consumer-{k + 1}", str(rng.choice(sub_types)), int(rng.integers(1, 4)), 5000.0,
                         {p: int(rng.integers(0, 400)) for p in range(count)})
                 for k in range(int(rng.integers(1, 3)))]

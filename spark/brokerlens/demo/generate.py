@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from ..settings import Settings
-from ..stage import StageResult
+from ..stage import StageFailed, StageResult
 from . import bad
 from .cluster import CLUSTER, Cluster, SubSpec, TopicSpec, build_cluster
 from .cursors import Cursor, layout_ledgers, ledger_list
@@ -30,6 +30,7 @@ INTERNAL = SNAPSHOTS[17::18]  # internal stats every 3 hours, 02:55 … 23:55
 METRICS = SNAPSHOTS[5::6]  # /metrics scrapes every hour, 00:55 … 23:55
 CAP = 10_000
 RANGE_BYTES = 26  # serialized bytes per range (≈ 5 MB at 200,000 ranges, seed 004)
+MANIFEST = "_demo_manifest.json"
 KINDS = ("topic-stats", "internal-stats", "dispatch", "producer-stats", "policies", "metrics")
 
 
@@ -535,10 +536,16 @@ def generate_day(day: date, settings: Settings, scale: float = 1.0, seed: int = 
         raise ValueError("scale must be positive")
     root = settings.landing / day.isoformat()
     if root.exists():
+        if not (root / MANIFEST).is_file():
+            # Never delete collected data: only a day demo-data wrote is replaced.
+            raise StageFailed(f"{root} holds landing files that demo-data did not write; "
+                              "choose another day or remove them first")
         shutil.rmtree(root)  # a re-run replaces the day: same seed, same files
     dirs = {kind: root / kind for kind in KINDS}
     for d in dirs.values():
         d.mkdir(parents=True)
+    # Marks the day as demo-data's from the start, so a run killed half-way can be replaced.
+    (root / MANIFEST).write_text(json.dumps({"format": bad.MANIFEST_FORMAT, "complete": False}) + "\n")
     sim = Day(day, scale, seed)
     counts: dict[str, dict[str, int]] = {}
     dispatch_files, dispatch_records, dispatch_scopes = sim.simulate_dispatch(dirs["dispatch"])
@@ -557,7 +564,7 @@ def generate_day(day: date, settings: Settings, scale: float = 1.0, seed: int = 
     counts["metrics"] = {"files": f, "records": r}
     bad_records = bad.sprinkle(root, settings.landing, day, CLUSTER)
     manifest = bad.manifest(sim, day, scale, seed, counts, bad_records, dispatch_scopes, policy_changes, spanning)
-    (root / "_demo_manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+    (root / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
     size = sum(p.stat().st_size for p in root.rglob("*") if p.is_file())
     result = StageResult(stage="demo-data", day=day)
     result.metrics.update({"files": sum(c["files"] for c in counts.values()),
