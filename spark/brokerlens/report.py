@@ -58,6 +58,8 @@ class Table:
     rows: list[list[str]]
     # Columns aligned right (numbers).
     numeric: set[int] = field(default_factory=set)
+    # Columns of prose that wrap (reasons, hints); the others stay on one line.
+    prose: set[int] = field(default_factory=set)
     caption: str = ""
     # Rows left out because of report.max_rows.
     more: int = 0
@@ -121,10 +123,11 @@ def _short_topic(topic: str | None) -> str:
 
 
 def scope_label(level: str, broker: str | None, topic: str | None, subscription: str | None) -> str:
+    """The scope without its level: broker address, topic partition, or partition · subscription."""
     if level == "broker":
-        return f"broker {broker}"
+        return broker or "—"
     if level == "topic":
-        return f"topic {_short_topic(topic)}"
+        return _short_topic(topic)
     return f"{_short_topic(topic)} · {subscription}"
 
 
@@ -191,12 +194,20 @@ def _svg(fig) -> str:
 def _time_axis(ax, start: datetime, end: datetime) -> None:
     import matplotlib.dates as mdates
 
+    from matplotlib.ticker import StrMethodFormatter
+
     ax.set_xlim(start, end)
-    span_hours = (end - start).total_seconds() / 3600
-    ax.xaxis.set_major_locator(mdates.HourLocator(interval=max(1, round(span_hours / 12))))
-    ax.xaxis.set_major_formatter(
-        mdates.DateFormatter("%H:%M" if span_hours <= 24 else "%d %b %H:%M", tz=timezone.utc)
-    )
+    if (end - start) <= timedelta(days=1):
+        ax.xaxis.set_major_locator(mdates.HourLocator(interval=2, tz=timezone.utc))
+        ax.xaxis.set_major_formatter(mdates.DateFormatter("%H:%M", tz=timezone.utc))
+        ax.set_xlabel("UTC")
+    else:
+        ax.xaxis.set_major_locator(mdates.DayLocator(tz=timezone.utc))
+        ax.xaxis.set_major_formatter(mdates.DateFormatter("%d %b", tz=timezone.utc))
+        ax.xaxis.set_minor_locator(mdates.HourLocator(byhour=[6, 12, 18], tz=timezone.utc))
+        ax.grid(axis="x", which="major", alpha=0.3)
+        ax.set_xlabel("UTC (days from 00:00)")
+    ax.yaxis.set_major_formatter(StrMethodFormatter("{x:,.0f}"))
     ax.grid(axis="y", alpha=0.3)
 
 
@@ -205,26 +216,31 @@ def dispatch_chart(day: date, label: str, unit: str, minutes: dict[int, tuple[in
     import numpy as np
 
     start = datetime(day.year, day.month, day.day, tzinfo=timezone.utc)
+    from matplotlib.ticker import StrMethodFormatter
+
     times = [start + timedelta(minutes=m) for m in range(1440)]
     over = np.zeros(1440)
-    debt_idx = sorted(minutes)
-    for m, (o, _) in minutes.items():
-        over[m] = o
+    # Debt drains through minutes without a record; the line is broken there, not interpolated.
+    debt = np.full(1440, np.nan)
+    for m, (o, d) in minutes.items():
+        over[m], debt[m] = o, d
     fig, ax = _figure()
-    ax.fill_between(times, over, step="post", color="#d6604d", alpha=0.55, linewidth=0,
-                    label=f"over quota ({unit} per minute)")
+    busy = np.nonzero(over)[0]
+    # One vertical stroke per minute over quota: visible even for a single minute in a day.
+    ax.vlines([times[m] for m in busy], 0, over[busy], color="#d6604d", linewidth=1.6,
+              label=f"over quota ({unit} per minute)")
     ax.set_ylabel(f"over quota, {unit}/min")
-    ax.set_ylim(bottom=0)
+    ax.set_ylim(0, max(1, over.max()) * 1.1)
     ax2 = ax.twinx()
-    ax2.plot([times[m] for m in debt_idx], [minutes[m][1] for m in debt_idx], color="#2166ac",
-             linewidth=1.1, label=f"debt carried out ({unit}, max per minute)")
+    ax2.plot(times, debt, color="#2166ac", linewidth=1.1, marker="o", markersize=2,
+             label=f"debt carried out ({unit}, max per minute)")
     ax2.set_ylabel(f"debt, {unit}")
-    ax2.set_ylim(bottom=0)
+    ax2.set_ylim(0, max(1, np.nanmax(debt) if len(minutes) else 1) * 1.1)
+    ax2.yaxis.set_major_formatter(StrMethodFormatter("{x:,.0f}"))
     _time_axis(ax, start, start + timedelta(days=1))
     ax.set_title(label)
     handles = ax.get_legend_handles_labels()[0] + ax2.get_legend_handles_labels()[0]
-    ax.legend(handles=handles, loc="upper left", frameon=False, fontsize=8)
-    ax.set_xlabel("UTC")
+    fig.legend(handles=handles, loc="outside upper right", ncols=2, frameon=False, fontsize=8)
     total_over = int(over.sum())
     peak_debt = max((d for _, d in minutes.values()), default=0)
     return Chart(
@@ -251,7 +267,7 @@ def cursor_chart(
     fig, ax = _figure(2.8)
     ax.plot(times, [r for _, r in points], color="#2166ac", linewidth=1.3,
             label="ranges (max per 10 min)")
-    ax.axhline(cap, color="#b2182b", linewidth=1.2, label=f"cap {cap:,} (managedLedgerMaxUnackedRangesToPersist)")
+    ax.axhline(cap, color="#b2182b", linewidth=1.2, label=f"cap {cap:,}")
     ax.axhline(warning, color="#ef8a62", linewidth=1, linestyle="--", label=f"warning {warning:,}")
     if last is not None and growth_per_hour and growth_per_hour > 0:
         t0 = datetime.fromtimestamp(last[0], tz=timezone.utc)
@@ -260,16 +276,16 @@ def cursor_chart(
         r1 = last[1] + growth_per_hour * (t1 - t0).total_seconds() / 3600
         ax.plot([t0, t1], [last[1], r1], color="#2166ac", linestyle=":", linewidth=1.3,
                 label=f"trend {growth_per_hour:+,.0f}/h")
-        if forecast_at and reach <= end:
+        if forecast_at and last[1] < cap and reach <= end:
             ax.plot([reach], [cap], marker="o", color="#b2182b")
             ax.annotate(f"cap at {reach:%d %b %H:%M} UTC", (reach, cap), textcoords="offset points",
                         xytext=(-4, 6), ha="right", fontsize=8, color="#b2182b")
-    top = max([cap, *(r for _, r in points)]) * 1.15
+    top = max([cap, *(r for _, r in points)]) * 1.12
     ax.set_ylim(0, top)
     ax.set_ylabel("ranges")
     _time_axis(ax, start, end)
     ax.set_title(label)
-    ax.legend(loc="upper left", frameon=False, fontsize=8, ncols=2)
+    fig.legend(loc="outside upper right", frameon=False, fontsize=8, ncols=4)
     peak = max((r for _, r in points), default=0)
     return Chart(label, _svg(fig), f"{label}: up to {peak:,} ranges against a cap of {cap:,}")
 
@@ -320,18 +336,18 @@ def dispatch_section(day: date, settings: Settings, headline: list[Number]) -> S
     section.tables.append(
         Table(
             ["level", "scope", "periods over", "msgs over", "bytes over", "max debt msgs",
-             "max debt bytes", "starved", "closing debt msgs", "main cause", "cause shares (msgs)"],
+             "max debt bytes", "starved", "closing debt msgs", "causes (share of msgs over)"],
             [
                 [
                     r["level"], scope_label(r["level"], r["broker"], r["topic"], r["subscription"]),
                     _fmt(r["periods_over"]), _fmt(r["excess_msgs"]), _bytes(r["excess_bytes"]),
                     _fmt(r["max_debt_msgs"]), _bytes(r["max_debt_bytes"]), _fmt(r["periods_starved"]),
-                    _fmt(r["closing_debt_msgs"]), r["main_cause"] or "—",
-                    _cause_shares(r),
+                    _fmt(r["closing_debt_msgs"]), _causes(r),
                 ]
                 for r in rows
             ],
             numeric={2, 3, 4, 5, 6, 7, 8},
+            prose={9},
             caption="Worst scopes by messages over quota, then bytes over quota.",
             more=more,
         )
@@ -365,14 +381,16 @@ def dispatch_section(day: date, settings: Settings, headline: list[Number]) -> S
     return section
 
 
-def _cause_shares(r) -> str:
-    parts = [
-        (name, r[col])
+def _causes(r) -> str:
+    """Main cause first, then the message shares of each cause."""
+    shares = [
+        f"{name} {_pct(r[col])}"
         for name, col in (("batch", "share_batch_msgs"), ("redelivery", "share_redelivery_msgs"),
                           ("other", "share_other_msgs"))
         if r[col]
     ]
-    return ", ".join(f"{name} {_pct(v)}" for name, v in parts) or "—"
+    main = f"main: {r['main_cause']}" if r["main_cause"] else ""
+    return "; ".join(p for p in (main, ", ".join(shares)) if p) or "—"
 
 
 def cursor_section(day: date, settings: Settings, headline: list[Number]) -> Section:
@@ -550,6 +568,7 @@ def alert_section(day: date, settings: Settings, headline: list[Number]) -> Sect
                 for r in rows
             ],
             numeric={4, 5, 6},
+            prose={10, 11},
             caption="Most severe first; escalated and new before ongoing and resolved.",
             more=more,
         )
@@ -569,6 +588,7 @@ def alert_section(day: date, settings: Settings, headline: list[Number]) -> Sect
                      m["state"], m["subject"]]
                     for m in mail_rows
                 ],
+                prose={2, 5},
                 caption="Emails sent for this day (alert_notifications).",
                 more=mail_more,
             )
@@ -622,6 +642,7 @@ def producer_section(day: date, settings: Settings, headline: list[Number]) -> S
                  r["configured"], r["suggested"], r["message"]]
                 for r in rows
             ],
+            prose={7},
             caption="Errors first. A producer whose configuration passes every rule has no row.",
             more=more,
         )
@@ -637,22 +658,33 @@ def producer_section(day: date, settings: Settings, headline: list[Number]) -> S
         section.tables.append(
             Table(
                 ["producer", "topic", "partitions", "msgs sent", "msgs / batch", "batchingMaxMessages",
-                 "batch fill", "pending saturated", "send failed", "queue full", "memory full", "timeout",
-                 "p99 max ms", "partition skew"],
+                 "batch fill", "pending saturated", "send failed", "failures by kind", "p99 max ms",
+                 "partition skew"],
                 [
                     [r["producer_name"], _short_topic(r["topic"]), _fmt(r["partitions"]), _fmt(r["msgs_sent"]),
                      _fmt(r["msgs_per_batch"], 1), _fmt(r["batching_max_messages"]), _pct(r["batch_fill_ratio"]),
-                     _pct(r["pending_saturation_share"]), _fmt(r["send_failed"]), _fmt(r["send_failed_queue_full"]),
-                     _fmt(r["send_failed_memory_full"]), _fmt(r["send_failed_timeout"]),
+                     _pct(r["pending_saturation_share"]), _fmt(r["send_failed"]), _failure_kinds(r),
                      _fmt(r["send_latency_ms_p99_max"], 1), _fmt(r["partition_skew"], 2)]
                     for r in rows
                 ],
-                numeric=set(range(2, 14)),
+                numeric={2, 3, 4, 5, 6, 7, 8, 10, 11},
+                prose={9},
                 caption="Producers with send failures, under-filled batches, a saturated pending queue or lint findings.",
                 more=more,
             )
         )
     return section
+
+
+def _failure_kinds(r) -> str:
+    kinds = [
+        f"{name} {r[col]:,}"
+        for name, col in (("ProducerQueueIsFullError", "send_failed_queue_full"),
+                          ("MemoryBufferIsFullError", "send_failed_memory_full"),
+                          ("TimeoutException", "send_failed_timeout"), ("other", "send_failed_other"))
+        if r[col]
+    ]
+    return ", ".join(kinds) or "—"
 
 
 def quarantine_section(day: date, settings: Settings, headline: list[Number]) -> Section:
@@ -682,6 +714,7 @@ def quarantine_section(day: date, settings: Settings, headline: list[Number]) ->
             ["file", "line", "reason", "detail"],
             [[e["source_file"], _fmt(e["line"]), e["reason"], e["detail"] or "—"] for e in examples],
             numeric={1},
+            prose={3},
             caption="First records by file and line (the raw text is in the quarantine table).",
             more=more,
         )
