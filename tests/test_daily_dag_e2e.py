@@ -1,0 +1,166 @@
+"""The daily DAG end to end, as `make run` runs it: `airflow dags test` on a demo day, each step
+a real spark-submit, a real SMTP server receiving the mail.
+
+Asserted: every task succeeded and logged its stage's summary; the tables each step declares
+were written for the day; the mails received are exactly the messages `alert_notifications`
+records, about exactly the alerts of `hole_alerts` that are new, escalated or resolved; a second
+run of the same day changes no table and sends nothing; a failing step stops the later ones
+and mails the failure notification.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import sys
+from datetime import date
+from pathlib import Path
+
+import pytest
+
+from airflow_harness import REPO, SmtpSink, airflow, airflow_env, body_text
+
+pytestmark = pytest.mark.slow
+
+DAY = date(2026, 11, 21)
+STAGES = ["land", "validate", "build", "alert", "report"]
+
+
+@pytest.fixture(scope="module")
+def airflow_home(tmp_path_factory):
+    """One migrated Airflow database (sqlite) for the module's runs."""
+    home = tmp_path_factory.mktemp("airflow-home")
+    proc = airflow("db", "migrate", env=airflow_env(home, home / "unused", 8025), timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    return home
+
+
+def run_cli(env: dict, *args: str) -> str:
+    proc = subprocess.run(
+        [str(Path(sys.executable).with_name("brokerlens")), *args],
+        env=env, capture_output=True, text=True, timeout=900,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout
+
+
+def dags_test(env: dict, day: date) -> subprocess.CompletedProcess:
+    return airflow("dags", "test", "brokerlens_daily", day.isoformat(), env=env, timeout=3600)
+
+
+def task_states(airflow_home: Path, day: date) -> dict[str, str]:
+    """State of each task of the latest run for ``day``, from Airflow's database."""
+    with sqlite3.connect(airflow_home / "airflow.db") as db:
+        run_id = db.execute(
+            "SELECT run_id FROM dag_run WHERE dag_id = 'brokerlens_daily' AND date(logical_date) = ? "
+            "ORDER BY id DESC LIMIT 1", (day.isoformat(),)
+        ).fetchone()[0]
+        rows = db.execute(
+            "SELECT task_id, state FROM task_instance WHERE dag_id = 'brokerlens_daily' AND run_id = ?",
+            (run_id,),
+        ).fetchall()
+    return dict(rows)
+
+
+def declared_tables() -> dict[str, list[str]]:
+    from brokerlens.airflow_support import stage_tables
+
+    return {stage: stage_tables(stage) for stage in STAGES}
+
+
+def table_snapshot(lake: Path, table: str, day: date) -> tuple[int, list[dict]]:
+    """(version, the day's rows) of a Delta table, read with delta-rs: no Spark here."""
+    from deltalake import DeltaTable
+
+    dt = DeltaTable(str(lake / table))
+    return dt.version(), dt.to_pyarrow_table(partitions=[("day", "=", day.isoformat())]).to_pylist()
+
+
+def canonical(rows: list[dict]) -> list[str]:
+    return sorted(repr(sorted(r.items())) for r in rows)
+
+
+def test_daily_dag_end_to_end_then_rerun_changes_nothing(airflow_home, tmp_path):
+    home = tmp_path / "var"
+    with SmtpSink(tmp_path / "mail") as sink:
+        env = airflow_env(airflow_home, home, sink.port, BROKERLENS_DAG_RETRIES="0")
+        run_cli(env, "demo-data", "--date", DAY.isoformat(), "--scale", "0.01")
+
+        first = dags_test(env, DAY)
+        log = first.stdout + first.stderr
+        assert first.returncode == 0, log[-6000:]
+        assert task_states(airflow_home, DAY) == {s: "success" for s in STAGES}
+        # Each step's log has its stage's summary (StageResult.render, printed by the CLI).
+        for stage in STAGES:
+            assert f"{stage} {DAY.isoformat()}" in log
+        assert "quarantined=" in log and "rows in" in log
+
+        lake = home / "lake"
+        tables = sorted({t for ts in declared_tables().values() for t in ts})
+        before = {t: table_snapshot(lake, t, DAY) for t in tables}
+        for t in declared_tables()["land"] + declared_tables()["build"]:
+            assert (lake / t / "_delta_log").is_dir(), f"{t} was not written"
+        assert before["bronze_dispatch"][1] and before["cursor_ranges"][1] and before["hole_alerts"][1]
+
+        # The mails received are the messages alert_notifications records ...
+        mails = sink.messages()
+        assert mails, "no alert mail received"
+        assert not [m for m in mails if " failed" in m["Subject"]]
+        notified = before["alert_notifications"][1]
+        by_id = {m["Message-ID"]: m for m in mails}
+        assert set(by_id) == {r["message_id"] for r in notified}
+        # ... about the day's alerts that are new, escalated or resolved, each in its mail.
+        to_mail = {(a["topic"], a["subscription"]) for a in before["hole_alerts"][1]
+                   if a["state"] in ("new", "escalated", "resolved")}
+        assert {(r["topic"], r["subscription"]) for r in notified} == to_mail
+        for r in notified:
+            mail = by_id[r["message_id"]]
+            assert r["subscription"] in body_text(mail)
+            assert {p.get_content_type() for p in mail.walk()} >= {"text/plain", "text/html"}
+        # Every received mail went to the SMTP sink through the Airflow connection's port.
+        assert all(m["X-Envelope-To"] for m in mails)
+
+        second = dags_test(env, DAY)
+        assert second.returncode == 0, (second.stdout + second.stderr)[-6000:]
+        assert task_states(airflow_home, DAY) == {s: "success" for s in STAGES}
+        assert len(sink.messages()) == len(mails), "the re-run sent mail again"
+        after = {t: table_snapshot(lake, t, DAY) for t in tables}
+        # Same rows in every table; nothing appended to what was sent.
+        assert {t: canonical(rows) for t, (_, rows) in after.items()} == {
+            t: canonical(rows) for t, (_, rows) in before.items()}
+        assert after["alert_notifications"][0] == before["alert_notifications"][0]
+
+    # Where make run says the outputs are.
+    assert list((home / "reports").rglob("*.html"))
+
+
+def test_a_failing_step_stops_the_later_ones_and_mails_the_failure(airflow_home, tmp_path):
+    home = tmp_path / "var"
+    day = date(2026, 11, 22)
+    with SmtpSink(tmp_path / "mail") as sink:
+        # Retries as in production: a data failure must not be retried anyway.
+        env = airflow_env(airflow_home, home, sink.port, BROKERLENS_FAILURE_EMAIL="oncall@example.com")
+        break_validation(env, home, day)
+        run = dags_test(env, day)
+        log = run.stdout + run.stderr
+        assert run.returncode != 0
+        states = task_states(airflow_home, day)
+        assert states["land"] == "success" and states["validate"] == "failed", states
+        assert all(states[s] == "upstream_failed" for s in ["build", "alert", "report"]), states
+        assert "validate failed (not retried)" in log
+        mails = sink.messages()
+    assert len(mails) == 1
+    mail = mails[0]
+    assert mail["Subject"] == f"[brokerlens] brokerlens_daily {day.isoformat()}: validate failed"
+    assert mail["To"] == "oncall@example.com"
+    text = body_text(mail)
+    assert "step: validate" in text and f"day: {day.isoformat()}" in text
+    assert "Not run: alert, build, report." in text
+    # Nothing downstream ran: no gold table, no report.
+    assert not (home / "lake" / "cursor_ranges").exists()
+    assert not list((home / "reports").rglob("*.html")) if (home / "reports").exists() else True
+
+
+def break_validation(env: dict, home: Path, day: date) -> None:
+    """A landing day that lands but fails a critical expectation."""
+    raise NotImplementedError
