@@ -186,6 +186,8 @@ def alert_day(day: date, settings: Settings, dry_run: bool = False) -> StageResu
     result.metrics.update(alerts_due=len(alerts), messages=len(messages))
     if not messages:
         result.lines.append("nothing to send" + (" (already sent today)" if already else ""))
+        if read_table("cursor_ranges").filter(F.col("day") == F.lit(day)).isEmpty():
+            result.lines.append(f"cursor_ranges has no rows for {day}: was `brokerlens build --date {day}` run?")
         return result
 
     target = smtp_target(settings)
