@@ -95,7 +95,9 @@ def _const(value: str, n: int) -> pa.Array:
     return _strings([value], np.zeros(n, np.int32))
 
 
-def generate_day(day: date, partitions: int, seed: int = 0) -> tuple[pa.Table, pa.Table]:
+def generate_day(
+    day: date, partitions: int, seed: int = 0, periods: int = PERIODS_PER_DAY
+) -> tuple[pa.Table, pa.Table]:
     """One day of silver ``dispatch_intervals`` (period grain) and ``rate_limits``.
 
     Subscriptions deliver below their quota most of the time, with gaps (idle seconds and
@@ -103,18 +105,19 @@ def generate_day(day: date, partitions: int, seed: int = 0) -> tuple[pa.Table, p
     ``dispatcherMaxReadBatchSize``); a partition's topic-level delivery is the sum of its
     subscriptions', a broker's the sum of its partitions'. Half the partitions change their
     subscription quota at a period start during the day; a third have a byte limit.
-    Rows are ordered by scope, then period (the layout silver writes).
+    Rows are ordered by scope, then period (the layout silver writes). ``periods``: the first
+    periods of the day only (tests).
     """
     topo = Topology(partitions)
     rng = np.random.default_rng([seed, day.toordinal(), partitions])
-    T = PERIODS_PER_DAY
+    T = periods
     P, S = partitions, SUBSCRIPTIONS_PER_PARTITION
     n_sub = P * S
     t = np.arange(T)
 
     # Quotas per partition (subscription level); topic level 3 x that, broker 0.8 x its topics'.
     q_sub = rng.choice([100, 500, 1000, 2000], size=P)
-    change_at = np.where(rng.random(P) < 0.5, rng.integers(6 * 3600, 18 * 3600, size=P), T)
+    change_at = np.where(rng.random(P) < 0.5, rng.integers(T // 4, 3 * T // 4, size=P), PERIODS_PER_DAY)
     q_sub_after = np.where(change_at < T, q_sub * rng.choice([0.5, 2.0], size=P), q_sub).astype(np.int64)
     # Subscriptions of a partition read the same entries: one message size and batch size.
     part_size = rng.integers(100, 4000, size=P)
@@ -129,7 +132,7 @@ def generate_day(day: date, partitions: int, seed: int = 0) -> tuple[pa.Table, p
     msgs = np.where(burst, (quota_per_sub * rng.uniform(1.05, 3.0, size=(n_sub, T))).astype(np.int64), msgs)
     idle = rng.random((n_sub, T)) < 0.08
     starts = rng.integers(0, T, size=(n_sub, 2))
-    lengths = rng.integers(60, 3600, size=(n_sub, 2))
+    lengths = rng.integers(T // 1440 + 1, T // 24 + 2, size=(n_sub, 2))  # 1 min to 1 h in a day
     for k in range(2):
         idle |= (t[None, :] >= starts[:, k : k + 1]) & (t[None, :] < starts[:, k : k + 1] + lengths[:, k : k + 1])
     msgs = np.where(idle, 0, msgs).astype(np.int64)
@@ -246,9 +249,11 @@ def _limits(day, topo, q_sub, q_sub_after, change_at, part_size, rng) -> pa.Tabl
     )
 
 
-def write_input(folder: Path, day: date, partitions: int, files: int = 4) -> dict[str, list[str]]:
+def write_input(
+    folder: Path, day: date, partitions: int, files: int = 4, periods: int = PERIODS_PER_DAY
+) -> dict[str, list[str]]:
     """The generated day as Parquet: intervals split by scope into ``files`` files, and limits."""
-    intervals, limits = generate_day(day, partitions)
+    intervals, limits = generate_day(day, partitions, periods=periods)
     folder.mkdir(parents=True, exist_ok=True)
     out: dict[str, list[str]] = {"intervals": [], "limits": []}
     step = -(-intervals.num_rows // files)
@@ -355,70 +360,82 @@ def plain_pass(spark, inputs: dict, out: Path, partitions: int) -> int:
 
 BIG = 1 << 40  # an unlimited quota in the running sums: any debt drains in one period
 
+# The same computation as dispatch_periods (one row per record, empty periods drained through
+# the quota integrated over time, Q(t)), written for DuckDB. For each record with counted
+# amount d: P = C - d - Q(t0) just before it, S = C - Q(t1) just after it (C: running sum of
+# d); debt_in = P - min(-opening, min of P and S over the scope's earlier records, P) and
+# debt_out = S - min(that floor, S): Lindley's recursion. An unlimited stretch is a quota of
+# BIG per period, which drains any debt at once.
 DUCKDB_SQL = """
 COPY (
-WITH iv0 AS (
-  SELECT level, cluster, broker, topic, subscription, epoch_us(interval_start) AS t,
-         msgs, bytes, entries
-  FROM read_parquet($intervals)),
-lim AS (
-  SELECT level, cluster, broker, topic, epoch_us(valid_from) AS f, epoch_us(valid_to) AS e,
-         period_seconds::BIGINT * 1000000 AS step, msg_limit, byte_limit, count_entries
+WITH lim0 AS (
+  SELECT level, cluster, CASE WHEN level = 'broker' THEN broker ELSE topic END AS k,
+         epoch_us(valid_from) AS f, epoch_us(valid_to) AS e,
+         greatest(period_seconds, 1)::BIGINT * 1000000 AS step, count_entries,
+         CASE WHEN msg_limit > 0 THEN msg_limit END AS msg_q,
+         CASE WHEN byte_limit > 0 THEN byte_limit END AS byte_q
   FROM read_parquet($limits)),
-scopes AS (  -- an integer id per scope: windows partition by it instead of five strings
-  SELECT row_number() OVER () AS sid, *
-  FROM (SELECT DISTINCT level, cluster, broker, topic, subscription FROM iv0)),
+lim AS (  -- quota of all periods of the limit scope before f
+  SELECT *,
+    coalesce(sum(coalesce(msg_q, {big}) * ((e - f) // step)) OVER before, 0)::BIGINT AS msg_cum,
+    coalesce(sum(coalesce(byte_q, {big}) * ((e - f) // step)) OVER before, 0)::BIGINT AS byte_cum
+  FROM lim0
+  WINDOW before AS (PARTITION BY level, cluster, k ORDER BY f
+                    ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)),
 iv AS (
-  SELECT s.sid, i.t, i.msgs, i.bytes, i.entries
-  FROM iv0 i JOIN scopes s
+  SELECT *, epoch_us(interval_start) AS t0,
+         epoch_us(interval_start) + (interval_seconds * 1000000)::BIGINT AS t1
+  FROM read_parquet($intervals)),
+scopes AS (  -- an integer id per scope: the window partitions by it instead of five strings
+  SELECT row_number() OVER () AS sid, *
+  FROM (SELECT DISTINCT level, cluster, broker, topic, subscription FROM iv)),
+rows AS (
+  SELECT s.sid, i.*, l.msg_q, l.byte_q,
+    CASE WHEN l.count_entries AND i.entries IS NOT NULL THEN i.entries ELSE i.msgs END AS counted,
+    l.msg_cum + coalesce(l.msg_q, {big}) * ((i.t0 - l.f) // l.step) AS mq0,
+    l.msg_cum + coalesce(l.msg_q, {big}) * ((i.t1 - l.f) // l.step) AS mq1,
+    l.byte_cum + coalesce(l.byte_q, {big}) * ((i.t0 - l.f) // l.step) AS bq0,
+    l.byte_cum + coalesce(l.byte_q, {big}) * ((i.t1 - l.f) // l.step) AS bq1,
+    coalesce(o.debt_msgs, 0) AS d0_msgs, coalesce(o.debt_bytes, 0) AS d0_bytes
+  FROM iv i
+  JOIN scopes s
     ON i.level = s.level AND i.cluster = s.cluster AND i.broker IS NOT DISTINCT FROM s.broker
-   AND i.topic IS NOT DISTINCT FROM s.topic AND i.subscription IS NOT DISTINCT FROM s.subscription),
-grid AS (  -- every period of the day for every scope: no record = nothing delivered
-  SELECT s.sid, l.msg_limit, l.byte_limit, l.count_entries,
-         coalesce(o.debt_msgs, 0) AS d0_msgs, coalesce(o.debt_bytes, 0) AS d0_bytes,
-         unnest(range(l.f, l.e, l.step)) AS t
-  FROM scopes s
-  JOIN lim l
-    ON l.level = s.level AND l.cluster = s.cluster
-   AND CASE WHEN s.level = 'broker' THEN l.broker = s.broker ELSE l.topic = s.topic END
+   AND i.topic IS NOT DISTINCT FROM s.topic AND i.subscription IS NOT DISTINCT FROM s.subscription
+  LEFT JOIN lim l
+    ON l.level = i.level AND l.cluster = i.cluster
+   AND l.k = CASE WHEN i.level = 'broker' THEN i.broker ELSE i.topic END
+   AND l.f <= i.t0 AND i.t0 < l.e
   LEFT JOIN read_parquet($opening) o
     ON o.level = s.level AND o.cluster = s.cluster AND o.broker IS NOT DISTINCT FROM s.broker
    AND o.topic IS NOT DISTINCT FROM s.topic AND o.subscription IS NOT DISTINCT FROM s.subscription),
-periods AS (
-  SELECT g.*, coalesce(i.msgs, 0) AS msgs, coalesce(i.bytes, 0) AS bytes,
-         coalesce(i.entries, 0) AS entries,
-         coalesce(CASE WHEN g.count_entries THEN i.entries ELSE i.msgs END, 0) AS counted,
-         counted - coalesce(g.msg_limit, {big}) AS x_msgs,
-         coalesce(i.bytes, 0) - coalesce(g.byte_limit, {big}) AS x_bytes
-  FROM grid g LEFT JOIN iv i ON i.sid = g.sid AND i.t = g.t),
-running AS (  -- S_t = sum of (delivered - q) up to t
-  SELECT *, sum(x_msgs) OVER w::BIGINT AS s_msgs, sum(x_bytes) OVER w::BIGINT AS s_bytes
-  FROM periods
-  WINDOW w AS (PARTITION BY sid ORDER BY t ROWS UNBOUNDED PRECEDING)),
-debt AS (  -- Lindley: debt_t = S_t - min(-opening debt, min_{{k<=t}} S_k)
+running AS (
   SELECT *,
-    s_msgs - least(-d0_msgs, min(s_msgs) OVER upto) AS debt_out_msgs,
-    s_bytes - least(-d0_bytes, min(s_bytes) OVER upto) AS debt_out_bytes,
-    s_msgs - x_msgs - least(-d0_msgs, coalesce(min(s_msgs) OVER before, 0)) AS debt_in_msgs,
-    s_bytes - x_bytes - least(-d0_bytes, coalesce(min(s_bytes) OVER before, 0)) AS debt_in_bytes
+    sum(counted) OVER upto::BIGINT - counted - mq0 AS p_msgs,
+    sum(counted) OVER upto::BIGINT - mq1 AS s_msgs,
+    sum(bytes) OVER upto::BIGINT - bytes - bq0 AS p_bytes,
+    sum(bytes) OVER upto::BIGINT - bq1 AS s_bytes
+  FROM rows
+  WINDOW upto AS (PARTITION BY sid ORDER BY t0 ROWS UNBOUNDED PRECEDING)),
+floors AS (
+  SELECT *,
+    least(-d0_msgs, p_msgs, min(least(p_msgs, s_msgs)) OVER before) AS f_msgs,
+    least(-d0_bytes, p_bytes, min(least(p_bytes, s_bytes)) OVER before) AS f_bytes
   FROM running
-  WINDOW upto AS (PARTITION BY sid ORDER BY t ROWS UNBOUNDED PRECEDING),
-         before AS (PARTITION BY sid ORDER BY t ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING))
-SELECT s.level, s.cluster, s.broker, s.topic, s.subscription, make_timestamp(d.t) AS period_start,
-       msg_limit AS quota_msgs, byte_limit AS quota_bytes,
-       msgs AS delivered_msgs, bytes AS delivered_bytes, entries AS delivered_entries,
-       counted AS counted_msgs,
-       CASE WHEN msg_limit IS NULL THEN 0 ELSE debt_in_msgs END AS debt_in_msgs,
-       greatest(0, msg_limit - debt_in_msgs) AS allowed_msgs,
-       CASE WHEN msg_limit IS NULL THEN 0
-            ELSE greatest(0, counted - greatest(0, msg_limit - debt_in_msgs)) END AS over_msgs,
-       CASE WHEN msg_limit IS NULL THEN 0 ELSE debt_out_msgs END AS debt_out_msgs,
-       CASE WHEN byte_limit IS NULL THEN 0 ELSE debt_in_bytes END AS debt_in_bytes,
-       greatest(0, byte_limit - debt_in_bytes) AS allowed_bytes,
-       CASE WHEN byte_limit IS NULL THEN 0
-            ELSE greatest(0, bytes - greatest(0, byte_limit - debt_in_bytes)) END AS over_bytes,
-       CASE WHEN byte_limit IS NULL THEN 0 ELSE debt_out_bytes END AS debt_out_bytes
-FROM debt d JOIN scopes s USING (sid)
+  WINDOW before AS (PARTITION BY sid ORDER BY t0 ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING))
+SELECT day, level, cluster, broker, topic, subscription, interval_start AS period_start,
+       msgs, bytes, entries, counted AS counted_msgs,
+       msg_q AS quota_msgs, byte_q AS quota_bytes,
+       CASE WHEN msg_q IS NULL THEN 0 ELSE p_msgs - f_msgs END AS debt_in_msgs,
+       CASE WHEN msg_q IS NOT NULL THEN greatest(0, msg_q - (p_msgs - f_msgs)) END AS allowed_msgs,
+       CASE WHEN msg_q IS NULL THEN 0
+            ELSE greatest(0, counted - greatest(0, msg_q - (p_msgs - f_msgs))) END AS over_msgs,
+       CASE WHEN msg_q IS NULL THEN 0 ELSE s_msgs - least(f_msgs, s_msgs) END AS debt_out_msgs,
+       CASE WHEN byte_q IS NULL THEN 0 ELSE p_bytes - f_bytes END AS debt_in_bytes,
+       CASE WHEN byte_q IS NOT NULL THEN greatest(0, byte_q - (p_bytes - f_bytes)) END AS allowed_bytes,
+       CASE WHEN byte_q IS NULL THEN 0
+            ELSE greatest(0, bytes - greatest(0, byte_q - (p_bytes - f_bytes))) END AS over_bytes,
+       CASE WHEN byte_q IS NULL THEN 0 ELSE s_bytes - least(f_bytes, s_bytes) END AS debt_out_bytes
+FROM floors
 ) TO '{out}' (FORMAT parquet, COMPRESSION zstd)
 """.format(big=BIG, out="{out}")
 
@@ -442,150 +459,343 @@ def duckdb_dispatch(inputs: dict, opening: str, out: Path, threads: int) -> int:
         con.close()
 
 
-# --------------------------------------------------------------- prototype for dispatch.py
+
+def opening_debt_file(folder: Path, day: date) -> str:
+    """An empty ``debt_state`` partition of the day before (zero opening debt), as Parquet."""
+    from .schemas import table_schema
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    path = folder / "debt_state.parquet"
+    schema = to_arrow_schema(table_schema("debt_state").struct)
+    pq.write_table(schema.empty_table(), path)
+    return str(path)
 
 
-def prototype_dispatch_periods(intervals, limits, opening):
-    """PROTOTYPE, for the lead to move into ``dispatch.py``: per-period debt with ONE shuffle.
+def spark_dispatch(spark, inputs: dict, opening: str, out: Path):
+    """``dispatch_periods`` over the generated day, written as Parquet (like the plain pass)."""
+    from .dispatch import dispatch_periods
 
-    The dense grid (86,400 periods per scope) is never joined or shuffled. Only the day's
-    records go through one exchange by scope and one sort by period; the running sum and
-    running minimum (Lindley) are taken over records, with the quota of the periods in
-    between drained in closed form through the cumulative quota ``Q(t)``; the gap periods
-    are generated afterwards (``explode(sequence(...))``) from the neighbouring records.
-
-    * ``Q(t)`` (quota summed over the periods up to and including ``t``) comes from a small
-      array of limit segments per limit key, attached by a broadcast join: no range join.
-    * Between records S falls (nothing delivered), so the minimum of S over a gap is at its
-      last period: ``S_t - counted_t + q_t``. Running min over records of
-      ``least(S_t, S_t - counted_t + q_t)`` is the running min over all periods.
-    * A gap period ``k`` after a record with closing debt ``d`` and cumulative quota ``Q_p``
-      starts with ``debt_in = max(0, d - (Q(k - 1) - Q_p))``.
-
-    Input: silver ``dispatch_intervals`` (period grain) and ``rate_limits`` of one day, and the
-    opening debt per scope (``level, cluster, broker, topic, subscription, debt_msgs,
-    debt_bytes``). Output: one row per scope and period, the columns of ``DUCKDB_SQL``.
-    Assumes one ``ratePeriodInSecond`` per scope per day and limits covering the day.
-    """
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
-
-    col, lit = F.col, F.lit
-    lim_key = F.when(col("level") == "broker", col("broker")).otherwise(col("topic"))
-    before = Window.partitionBy("level", "cluster", "lim_key").orderBy("f").rowsBetween(
-        Window.unboundedPreceding, -1
+    frame = dispatch_periods(
+        spark.read.parquet(*inputs["intervals"]),
+        spark.read.parquet(*inputs["limits"]),
+        spark.read.parquet(opening),
     )
-    segments = (
-        limits.select(
-            "level",
-            "cluster",
-            lim_key.alias("lim_key"),
-            F.unix_micros("valid_from").alias("f"),
-            F.unix_micros("valid_to").alias("e"),
-            (col("period_seconds").cast("long") * 1_000_000).alias("step"),
-            F.coalesce("msg_limit", lit(BIG)).alias("qm"),
-            F.coalesce("byte_limit", lit(BIG)).alias("qb"),
-            "msg_limit",
-            "byte_limit",
-            "count_entries",
-        )
-        .withColumn("n", F.floor((col("e") - col("f")) / col("step")))
-        .withColumn("qm0", F.coalesce(F.sum(col("qm") * col("n")).over(before), lit(0)))
-        .withColumn("qb0", F.coalesce(F.sum(col("qb") * col("n")).over(before), lit(0)))
-        .groupBy("level", "cluster", "lim_key")
-        .agg(
-            F.sort_array(
-                F.collect_list(
-                    F.struct("f", "e", "step", "qm", "qb", "qm0", "qb0", "msg_limit", "byte_limit", "count_entries")
-                )
-            ).alias("segs")
-        )
-    )
-    opening = opening.select(*[col(c).alias(f"o_{c}") for c in SCOPE], "debt_msgs", "debt_bytes")
-    records = (
-        intervals.select(
-            *SCOPE,
-            lim_key.alias("lim_key"),
-            F.unix_micros("interval_start").alias("t"),
-            F.unix_micros(col("day").cast("timestamp")).alias("day_start"),
-            "msgs",
-            "bytes",
-            "entries",
-        )
-        .join(F.broadcast(segments), ["level", "cluster", "lim_key"], "left")
-        .join(
-            F.broadcast(opening),
-            [col(c).eqNullSafe(col(f"o_{c}")) for c in SCOPE],
-            "left",
-        )
-    )
+    frame.write.mode("overwrite").parquet(str(out))
+    return spark.read.parquet(str(out)).count()
 
-    def seg_at(x):
-        return F.element_at(F.filter("segs", lambda s: (s["f"] <= x) & (x < s["e"])), 1)
 
-    def cumulative(seg, x, q, q0):  # Q(x): quota of every period up to and including x
-        return seg[q0] + seg[q] * (F.floor((x - seg["f"]) / seg["step"]) + 1)
+def plan_summary(frame) -> dict[str, int]:
+    """Counts in the physical plan: shuffles, sorts, windows, Python UDF operators."""
+    text = frame.sparkSession._jvm.PythonSQLUtils.explainString(frame._jdf.queryExecution(), "formatted")
+    tree = text.split("\n\n")[0].splitlines()
 
-    by_scope = Window.partitionBy(*SCOPE).orderBy("t")
-    upto = by_scope.rowsBetween(Window.unboundedPreceding, Window.currentRow)
-    d0m, d0b = F.coalesce("debt_msgs", lit(0)), F.coalesce("debt_bytes", lit(0))
-    rec = (
-        records.withColumn("seg", seg_at(col("t")))
-        .withColumn("counted", F.when(col("seg.count_entries"), col("entries")).otherwise(col("msgs")))
-        .withColumn("Qm", cumulative(col("seg"), col("t"), "qm", "qm0"))
-        .withColumn("Qb", cumulative(col("seg"), col("t"), "qb", "qb0"))
-        .withColumn("Sm", F.sum("counted").over(upto) - col("Qm"))
-        .withColumn("Sb", F.sum("bytes").over(upto) - col("Qb"))
-        .withColumn("mm", F.min(F.least(col("Sm"), col("Sm") - col("counted") + col("seg.qm"))).over(upto))
-        .withColumn("mb", F.min(F.least(col("Sb"), col("Sb") - col("bytes") + col("seg.qb"))).over(upto))
-        .withColumn("debt_m", col("Sm") - F.least(-d0m, col("mm")))
-        .withColumn("debt_b", col("Sb") - F.least(-d0b, col("mb")))
-        .withColumn("t_prev", F.coalesce(F.lag("t").over(by_scope), col("day_start") - col("seg.step")))
-        .withColumn("seg_prev", F.lag("seg").over(by_scope))
-        .withColumn("Qm_prev", F.coalesce(F.lag("Qm").over(by_scope), lit(0)))
-        .withColumn("Qb_prev", F.coalesce(F.lag("Qb").over(by_scope), lit(0)))
-        .withColumn("debt_m_prev", F.coalesce(F.lag("debt_m").over(by_scope), d0m))
-        .withColumn("debt_b_prev", F.coalesce(F.lag("debt_b").over(by_scope), d0b))
-        .withColumn(
-            "t_last",
-            F.when(F.lead("t").over(by_scope).isNull(), col("day_start") + PERIODS_PER_DAY * 1_000_000 - col("seg.step"))
-            .otherwise(col("t")),
-        )
-    )
-    k = col("k")
-    after = k > col("t")  # trailing periods after the day's last record
-    base_seg = F.when(after, col("seg")).when(k == col("t"), col("seg")).otherwise(col("seg_prev"))
-    periods = (
-        rec.withColumn("k", F.explode(F.sequence(col("t_prev") + col("seg.step"), col("t_last"), col("seg.step"))))
-        .withColumn("sk", F.when(base_seg.isNotNull() & (k < base_seg["e"]), base_seg).otherwise(seg_at(k)))
-        .withColumn("here", k == col("t"))
-    )
-    out = [*SCOPE, F.timestamp_micros(k).alias("period_start"),
-           col("sk.msg_limit").alias("quota_msgs"), col("sk.byte_limit").alias("quota_bytes")]
-    delivered = {
-        "delivered_msgs": F.when(col("here"), col("msgs")).otherwise(0),
-        "delivered_bytes": F.when(col("here"), col("bytes")).otherwise(0),
-        "delivered_entries": F.when(col("here"), col("entries")).otherwise(0),
-        "counted_msgs": F.when(col("here"), col("counted")).otherwise(0),
+    def count(*names: str) -> int:
+        return sum(1 for line in tree if any(f"{n} (" in line.split("- ")[-1][: len(n) + 2] for n in names))
+
+    return {
+        "shuffle_exchanges": count("Exchange"),
+        "broadcast_exchanges": count("BroadcastExchange"),
+        "sorts": count("Sort"),
+        "windows": count("Window"),
+        "python_udf_operators": count(
+            "BatchEvalPython", "ArrowEvalPython", "FlatMapGroupsInPandas", "MapInPandas", "MapInArrow",
+            "FlatMapCoGroupsInPandas", "AggregateInPandas", "WindowInPandas",
+        ),
     }
-    out += [v.alias(n) for n, v in delivered.items()]
-    for unit, q, q0, limit, counted in (
-        ("msgs", "qm", "qm0", "msg_limit", "counted_msgs"),
-        ("bytes", "qb", "qb0", "byte_limit", "delivered_bytes"),
-    ):
-        s = unit[0]
-        base_debt = F.when(after, col(f"debt_{s}")).otherwise(col(f"debt_{s}_prev"))
-        base_q = F.when(after, col(f"Q{s}")).otherwise(col(f"Q{s}_prev"))
-        drained = cumulative(col("sk"), k, q, q0) - col(f"sk.{q}") - base_q  # Q(k - 1) - Q_base
-        debt_in = F.greatest(lit(0), base_debt - drained)
-        allowed = F.greatest(lit(0), col(f"sk.{limit}") - debt_in)
-        unlimited = col(f"sk.{limit}").isNull()
-        out += [
-            F.when(unlimited, 0).otherwise(debt_in).alias(f"debt_in_{unit}"),
-            allowed.alias(f"allowed_{unit}"),
-            F.when(unlimited, 0).otherwise(F.greatest(lit(0), delivered[counted] - allowed)).alias(f"over_{unit}"),
-            F.when(unlimited, 0)
-            .otherwise(F.greatest(lit(0), debt_in + delivered[counted] - col(f"sk.{q}")))
-            .alias(f"debt_out_{unit}"),
-        ]
-    return periods.select(*out)
+
+
+def dispatch_plan(spark, inputs: dict, opening: str) -> tuple[dict[str, int], str]:
+    from .dispatch import dispatch_periods
+
+    frame = dispatch_periods(
+        spark.read.parquet(*inputs["intervals"]),
+        spark.read.parquet(*inputs["limits"]),
+        spark.read.parquet(opening),
+    )
+    text = spark._jvm.PythonSQLUtils.explainString(frame._jdf.queryExecution(), "formatted")
+    return plan_summary(frame), text
+
+
+# ---------------------------------------------------------------------------------- harness
+
+
+class Bench:
+    """Runs stages, timing each and recording its peak memory."""
+
+    def __init__(self, spark, cores: int):
+        self.spark = spark
+        self.cores = cores
+        self.sampler = MemorySampler()
+
+    def measure(self, fn: Callable[[], int], rows: int | None = None) -> dict:
+        """Run ``fn`` (returns the rows it produced); ``rows`` overrides the rate's row count."""
+        _reset_heap_peak(self.spark)
+        self.sampler.reset()
+        load = os.getloadavg()[0]
+        started = time.perf_counter()
+        produced = fn()
+        seconds = time.perf_counter() - started
+        rows = rows if rows is not None else produced
+        return {
+            "rows": rows,
+            "seconds": round(seconds, 2),
+            "rows_per_second_per_core": round(rows / seconds / self.cores),
+            **self.sampler.snapshot(),
+            **_heap_peak_mb(self.spark),
+            "load_avg_1m_before": round(load, 2),
+        }
+
+    def close(self) -> None:
+        self.sampler.close()
+
+
+def ratio(a: dict, b: dict) -> float:
+    return round(a["seconds"] / b["seconds"], 2)
+
+
+def bench_sizes(
+    bench: Bench, work: Path, sizes: tuple[int, ...], day: date, periods: int = PERIODS_PER_DAY
+) -> list[dict]:
+    spark, out = bench.spark, []
+    opening = opening_debt_file(work, day)
+    warm = None
+    for partitions in sizes:
+        topo = Topology(partitions)
+        started = time.perf_counter()
+        inputs = write_input(work / f"input-p{partitions}", day, partitions, periods=periods)
+        generated = time.perf_counter() - started
+        input_rows = sum(pq.ParquetFile(f).metadata.num_rows for f in inputs["intervals"])
+        log.info("size %s partitions: %s scopes, %s records (%.1fs to generate)", partitions, topo.scopes, input_rows, generated)
+        if warm is None:  # JIT and first-job costs, so that the smallest size is not penalised
+            plain_pass(spark, inputs, work / "warmup", int(spark.conf.get("spark.sql.shuffle.partitions")))
+            spark_dispatch(spark, inputs, opening, work / "warmup")
+            warm = True
+        shuffle = int(spark.conf.get("spark.sql.shuffle.partitions"))
+        stages = {
+            "plain_pass": bench.measure(lambda: plain_pass(spark, inputs, work / "out-plain", shuffle)),
+            "dispatch_periods": bench.measure(lambda: spark_dispatch(spark, inputs, opening, work / "out-dispatch")),
+            "duckdb": bench.measure(lambda: duckdb_dispatch(inputs, opening, work / "out-duckdb.parquet", bench.cores)),
+        }
+        plan, _ = dispatch_plan(spark, inputs, opening)
+        entry = {
+            "partitions": partitions,
+            "scopes": topo.scopes,
+            "input_rows": input_rows,
+            "dense_periods": topo.scopes * periods,
+            "generate_seconds": round(generated, 2),
+            "stages": stages,
+            "ratios": {
+                "dispatch_periods/plain_pass": ratio(stages["dispatch_periods"], stages["plain_pass"]),
+                "dispatch_periods/duckdb": ratio(stages["dispatch_periods"], stages["duckdb"]),
+            },
+            "dispatch_plan": plan,
+        }
+        log.info("size %s: %s", partitions, json.dumps({k: v["seconds"] for k, v in stages.items()}))
+        out.append(entry)
+        shutil.rmtree(inputs["intervals"][0].rsplit("/", 1)[0], ignore_errors=True)
+    return out
+
+
+def bench_days(
+    bench: Bench, work: Path, partitions: int, first: date, days: int = 3, periods: int = PERIODS_PER_DAY
+) -> dict:
+    """Build consecutive days through the real table layer: day N+1 reads day N's closing debt
+    from ``debt_state``; its time must not grow with the days already in the lake."""
+    from .dispatch import build_dispatch
+    from .settings import Settings
+    from .tables import write_table
+
+    spark = bench.spark
+    home = work / "days-home"
+    shutil.rmtree(home, ignore_errors=True)
+    settings = Settings(home=home)
+    out = []
+    for n in range(days):
+        day = first + timedelta(days=n)
+        inputs = write_input(work / f"days-input-{n}", day, partitions, periods=periods)
+        for table, files in (("dispatch_intervals", inputs["intervals"]), ("rate_limits", inputs["limits"])):
+            write_table(spark.read.parquet(*files), table, "replace", [{"day": day}], settings=settings)
+        rows = sum(pq.ParquetFile(f).metadata.num_rows for f in inputs["intervals"])
+        result = bench.measure(lambda: len(build_dispatch(day, settings).writes), rows=rows)
+        out.append({"day": day.isoformat(), **result})
+        log.info("day %s built in %ss", day, result["seconds"])
+        shutil.rmtree(work / f"days-input-{n}", ignore_errors=True)
+    return {
+        "partitions": partitions,
+        "stage": "build_dispatch (dispatch_periods, debt_state, dispatch_daily through brokerlens.tables)",
+        "days": out,
+        "last_over_first": round(out[-1]["seconds"] / out[0]["seconds"], 2),
+    }
+
+
+def bench_landing(bench: Bench, work: Path, scales: tuple[float, ...], day: date) -> list[dict]:
+    """demo-data landing files, then ``land`` (landing → bronze), timed per demo scale."""
+    from .demo import generate_day as demo_day
+    from .land import land_day
+    from .settings import Settings
+
+    out = []
+    for scale in scales:
+        home = work / f"land-home-{scale:g}"
+        shutil.rmtree(home, ignore_errors=True)
+        settings = Settings(home=home)
+        started = time.perf_counter()
+        demo = demo_day(day, settings, scale=scale)
+        generated = time.perf_counter() - started
+        landed: dict = {}
+
+        def land() -> int:
+            result = land_day(day, settings)
+            landed.update(result.metrics)
+            return sum(w.rows for w in result.writes if w.rows > 0)
+
+        entry = {"scale": scale, "demo_seconds": round(generated, 2), **bench.measure(land)}
+        entry["landing_files_mb"] = round(
+            sum(p.stat().st_size for p in (settings.landing / day.isoformat()).rglob("*") if p.is_file()) / 2**20, 1
+        )
+        entry["land_metrics"] = {k: v for k, v in landed.items() if isinstance(v, (int, float))}
+        entry["demo_metrics"] = {k: v for k, v in demo.metrics.items() if isinstance(v, (int, float))}
+        out.append(entry)
+        log.info("landing at scale %s: %ss", scale, entry["seconds"])
+        shutil.rmtree(home, ignore_errors=True)
+    return out
+
+
+def _guarded(what: str, fn: Callable[[], object]) -> object:
+    try:
+        return fn()
+    except Exception as exc:  # recorded in the results file and logged with its traceback
+        log.exception("bench %s failed", what)
+        return {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:500]}"}
+
+
+def environment(spark, cores: int) -> dict:
+    import duckdb
+    import pyspark
+
+    cpu = ""
+    try:
+        cpu = next(
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        )
+    except (OSError, StopIteration):
+        cpu = platform.processor()
+    conf = spark.sparkContext.getConf()
+    return {
+        "cores": cores,
+        "cpu": cpu,
+        "memory_gb": round(psutil.virtual_memory().total / 2**30, 1),
+        "python": platform.python_version(),
+        "pyspark": pyspark.__version__,
+        "duckdb": duckdb.__version__,
+        "spark_master": conf.get("spark.master"),
+        "spark_driver_memory": conf.get("spark.driver.memory", "1g"),
+        "spark_shuffle_partitions": int(spark.conf.get("spark.sql.shuffle.partitions")),
+        "load_avg_1m_at_start": round(os.getloadavg()[0], 2),
+    }
+
+
+def run(
+    out: Path,
+    sizes: tuple[int, ...] = DEFAULT_SIZES,
+    days_partitions: int | None = None,
+    land_scales: tuple[float, ...] = (1.0,),
+    work: Path | None = None,
+    day: date = date(2026, 11, 20),
+    periods: int = PERIODS_PER_DAY,
+    command: str = "brokerlens.bench.run",
+    spark=None,
+) -> dict:
+    """The whole benchmark; writes the results to ``out`` (JSON) and returns them."""
+    from .spark import get_spark
+
+    spark = spark or get_spark()
+    work = work or out.parent / "work"
+    work.mkdir(parents=True, exist_ok=True)
+    cores = spark.sparkContext.defaultParallelism
+    started = datetime.now(timezone.utc)
+    bench = Bench(spark, cores)
+    try:
+        results: dict = {
+            "command": command,
+            "started_at": started.isoformat(timespec="seconds"),
+            "environment": environment(spark, cores),
+            "notes": {
+                "rows": "dispatch_intervals records of the day (one per scope and one-second period with "
+                "delivery; idle periods have no record); dispatch_periods has one row per record",
+                "rows_per_second_per_core": "rows / seconds / cores (Spark local[*] and DuckDB threads on the same cores)",
+                "memory": "peak RSS sampled every 0.1 s: the driver JVM (runs the tasks in local mode), this "
+                "Python process (DuckDB runs in it), Spark's Python workers summed; JVM heap peak from MXBeans",
+            },
+            "sizes": bench_sizes(bench, work, sizes, day, periods),
+        }
+        # The consecutive days and the landing use other stages: a failure there is recorded
+        # in the results (and logged) rather than losing the measurements above.
+        if days_partitions:
+            results["days"] = _guarded(
+                "days", lambda: bench_days(bench, work, days_partitions, day + timedelta(days=1), periods=periods)
+            )
+        if land_scales:
+            results["landing"] = _guarded("landing", lambda: bench_landing(bench, work, land_scales, day))
+    finally:
+        bench.close()
+    results["finished_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    results["total_seconds"] = round((datetime.now(timezone.utc) - started).total_seconds(), 1)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=1) + "\n")
+    shutil.rmtree(work, ignore_errors=True)
+    return results
+
+
+def markdown(results: dict) -> str:
+    """The README table for a results file."""
+    lines = [
+        "| records | plain pass s | dispatch_periods s | DuckDB s | vs plain | vs DuckDB | dispatch rows/s/core | JVM RSS MB | JVM old gen MB | Python workers MB |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for size in results["sizes"]:
+        st = size["stages"]
+        d = st["dispatch_periods"]
+        lines.append(
+            f"| {size['input_rows']:,} | {st['plain_pass']['seconds']} | {d['seconds']} | {st['duckdb']['seconds']} | "
+            f"{size['ratios']['dispatch_periods/plain_pass']}× | {size['ratios']['dispatch_periods/duckdb']}× | "
+            f"{d['rows_per_second_per_core']:,} | {d['jvm_rss_mb']:.0f} | {d['jvm_old_gen_peak_mb']:.0f} | {d['python_workers_rss_mb']:.0f} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from . import logs
+
+    parser = argparse.ArgumentParser(prog="python -m brokerlens.bench", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=None, help="results file (default $BROKERLENS_HOME/bench/results.json)")
+    parser.add_argument("--sizes", default=",".join(map(str, DEFAULT_SIZES)),
+                        help="topic partitions per size, comma-separated (scopes = 4 x partitions + brokers)")
+    parser.add_argument("--days-partitions", type=int, default=DEFAULT_SIZES[1],
+                        help="size of the 3 consecutive days built through the table layer (0: skip)")
+    parser.add_argument("--land-scales", default="1", help="demo-data scales for the landing stage ('' to skip)")
+    parser.add_argument("--latest", type=Path, default=None, help="also copy the results here (e.g. infra/bench/latest.json)")
+    args = parser.parse_args(argv)
+    logs.configure(0)
+    from .settings import get_settings
+
+    out = args.out or get_settings().home.resolve() / "bench" / "results.json"
+    results = run(
+        out,
+        sizes=tuple(int(s) for s in args.sizes.split(",") if s),
+        days_partitions=args.days_partitions or None,
+        land_scales=tuple(float(s) for s in args.land_scales.split(",") if s),
+        command=" ".join(["python -m brokerlens.bench", *(argv if argv is not None else sys.argv[1:])]),
+    )
+    if args.latest:
+        args.latest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(out, args.latest)
+    print(markdown(results))
+    print(f"results: {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
