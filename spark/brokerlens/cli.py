@@ -125,14 +125,16 @@ def run(day: DayOption) -> None:
 
 @app.command()
 def sql(
-    query: Annotated[Optional[str], typer.Argument(help="A Spark SQL query over the tables by name.")] = None,
+    query: Annotated[Optional[str], typer.Argument(help="A Spark SQL query over the tables by name; without one, read queries ended by ; from stdin (\\q quits).")] = None,
     fmt: Annotated[Format, typer.Option("--format", "-f", help="Output format.")] = Format.table,
 ) -> None:
     """Ad-hoc Spark SQL over every table by name (stdout holds only the result)."""
     from .query import QueryError, format_rows, run_sql
 
     if query is None:
-        _fail("give a query, e.g. brokerlens sql \"SELECT * FROM hole_alerts LIMIT 10\"")
+        from .repl import repl
+
+        raise typer.Exit(repl(fmt.value))
     try:
         columns, rows = run_sql(query)
     except QueryError as exc:
