@@ -143,15 +143,39 @@ def sql(
 
 
 @app.command()
-def tables() -> None:
+def tables(
+    names: Annotated[Optional[list[str]], typer.Argument(help="Only these tables (default: all).")] = None,
+) -> None:
     """List the tables with their columns and latest version."""
+    from .schemas import table_schema
     from .tables import describe_tables
 
+    for name in names or []:
+        table_schema(name)  # an unknown name fails with the list of known tables
     for info in describe_tables():
+        if names and info.name not in names:
+            continue
         version = "not written yet" if info.version is None else f"version {info.version}"
         typer.echo(f"{info.name}  [{info.layer}, {version}]  {info.description}")
         for name, type_, description in info.columns:
             typer.echo(f"    {name:<34} {type_:<22} {description}")
+
+
+@app.command()
+def docs(
+    check: Annotated[bool, typer.Option("--check", help="Only check that docs/tables.md is up to date (exit 1 if not).")] = False,
+) -> None:
+    """Regenerate docs/tables.md, the reference of every table and column, from schemas/."""
+    from .reference import docs_path, tables_markdown, write_docs
+
+    if check:
+        path = docs_path()
+        if not path.is_file() or path.read_text(encoding="utf-8") != tables_markdown():
+            _fail(f"{path} is out of date with schemas/tables/: run `brokerlens docs`", code=1)
+        typer.echo(f"{path} is up to date")
+        return
+    path, changed = write_docs()
+    typer.echo(f"{path} {'written' if changed else 'unchanged'}")
 
 
 @app.command("vacuum")

@@ -1,0 +1,48 @@
+"""docs/tables.md is generated from schemas/ and kept up to date; `brokerlens tables` shows the same."""
+
+from __future__ import annotations
+
+import re
+
+from typer.testing import CliRunner
+
+from brokerlens import cli
+from brokerlens.reference import docs_path, tables_markdown
+from brokerlens.schemas import table_schemas
+
+
+def test_tables_reference_is_up_to_date():
+    path = docs_path()
+    assert path.is_file(), "docs/tables.md is missing: run `brokerlens docs`"
+    assert path.read_text(encoding="utf-8") == tables_markdown(), (
+        "docs/tables.md is out of date with schemas/tables/: run `brokerlens docs` and commit it"
+    )
+
+
+def test_reference_documents_every_table_and_column():
+    text = docs_path().read_text(encoding="utf-8")
+    headings = re.findall(r"^### `(\w+)`$", text, flags=re.M)
+    assert sorted(headings) == sorted(table_schemas())
+    for name, schema in table_schemas().items():
+        block = text.split(f"### `{name}`", 1)[1].split("\n### ", 1)[0]
+        rows = re.findall(r"^\| `(\w+)` \| `([^`]+)` \| (yes|no) \| (.*) \|$", block, flags=re.M)
+        assert [(r[0], r[1], r[2] == "yes") for r in rows] == [(c.name, c.type, c.nullable) for c in schema.columns]
+        assert all(r[3].strip() for r in rows), f"{name}: a column has no description"
+
+
+def test_docs_check_command():
+    out = CliRunner().invoke(cli.app, ["docs", "--check"])
+    assert out.exit_code == 0, out.output
+    assert "up to date" in out.stdout
+
+
+def test_tables_command_shows_one_table_with_descriptions():
+    out = CliRunner().invoke(cli.app, ["tables", "quarantine"])
+    assert out.exit_code == 0, out.output
+    schema = table_schemas()["quarantine"]
+    assert out.stdout.splitlines()[0].startswith("quarantine  [bronze, not written yet]")
+    for c in schema.columns:
+        assert re.search(rf"^\s+{c.name}\s+{re.escape(c.type)}\s+{re.escape(c.description)}$", out.stdout, re.M)
+    assert "dispatch_periods" not in out.stdout
+    out = CliRunner().invoke(cli.app, ["tables", "no_such_table"])
+    assert out.exit_code != 0
