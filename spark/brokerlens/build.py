@@ -13,6 +13,7 @@ BUILD_STEPS: tuple[tuple[str, str], ...] = (
     ("silver", "brokerlens.silver:build_silver"),
     ("dispatch", "brokerlens.dispatch:build_dispatch"),
     ("holes", "brokerlens.holes:build_holes"),
+    ("producers", "brokerlens.producers:build_producers"),
 )
 
 
