@@ -187,3 +187,20 @@ def test_smtp_target_reads_airflow_connection_forms():
     # Airflow's SMTP provider defaults: SSL unless disable_ssl, standard port when none is given.
     assert (js.ssl, js.starttls, js.port, js.mail_from, js.timeout) == (True, False, None, "alerts@example.com", 5.0)
     assert str(js) == "smtp://a@smtp.example.com:465 (SSL, from Airflow connection smtp_default)"
+
+
+def test_groups_by_namespace_glob_with_default_and_dedup():
+    from brokerlens.alerting import plan
+    from brokerlens.settings import AlertSettings
+
+    cfg = AlertSettings(
+        groups=[{"name": "payments", "namespaces": ["payments/*"], "to": ["p@x"]},
+                {"name": "all-prod", "namespaces": ["*/prod-*", "payments/orders"], "to": ["o@x"]}],
+        default_group={"name": "ops", "to": ["ops@x"]},
+    )
+    alert = lambda ns, sub: {"cluster": "c1", "namespace": ns, "topic": f"persistent://{ns}/t", "subscription": sub}  # noqa: E731
+    alerts = [alert("payments/orders", "a"), alert("payments/refunds", "b"), alert("search/prod-eu", "c"),
+              alert("search/dev", "d")]
+    already = {("payments", "c1", "persistent://payments/refunds/t", "b")}
+    got = {g.name: [a["subscription"] for a in items] for g, items in plan(D1, cfg, alerts, already)}
+    assert got == {"all-prod": ["a", "c"], "ops": ["d"], "payments": ["a"]}
