@@ -397,3 +397,95 @@ def test_window_functions_match_sequential_reference(spark, seed):
     """Many random series per example, one Spark job per example (not per series)."""
     rng = random.Random(seed)
     check_against_reference(spark, [random_series(rng) for _ in range(60)])
+
+
+# -------------------------------------------------------------------- day by day, and cascades
+
+
+def two_day_series() -> list[Series]:
+    """Scopes whose debt crosses midnight, with a quota change and a stretch without limit."""
+    m = 86400
+    return [
+        Series(partition("orders", 0), 1, False, [(0.0, 10, 1000), (m + 3600.0, 5, None)],
+               {m - 3: (40, 3000, 40, 0), m - 1: (12, 900, 12, 2), m + 2: (9, 700, 9, 0),
+                m + 3: (10, 1500, 5, 0), m + 3600: (8, 100, 8, 0)}),
+        Series(partition("orders", 1), 2, True, [(0.0, 4, None), (m + 10.0, None, None), (m + 20.0, 4, None)],
+               {m - 2: (50, 10, 9, 0), m + 4: (30, 10, 6, 0), m + 20: (12, 10, 12, 0)}),
+        Series(partition("orders", 2), 1, False, [(0.0, 3, 500)], {m - 1: (300, 9000, 300, 0)}),
+    ]  # fmt: skip
+
+
+def write_silver(spark, all_series: list[Series], days=(D1, D2)):
+    for k, day in enumerate(days):
+        intervals, limits = [], []
+        for s in all_series:
+            i, lim = series_rows(s, k, day)
+            intervals += i
+            limits += lim
+        for table, rows in (("dispatch_intervals", intervals), ("rate_limits", limits)):
+            write_table(frame(spark, table, rows), table, "replace", [{"day": day}])
+
+
+def assert_day_matches_reference(all_series: list[Series], day: date):
+    got = {(r["topic"], round(offset(r))): r for r in read_table("dispatch_periods").where(f"day = '{day}'").collect()}
+    state = {r["topic"]: (r["debt_msgs"], r["debt_bytes"]) for r in read_table("debt_state").where(f"day = '{day}'").collect()}
+    daily = {r["topic"]: r for r in read_table("dispatch_daily").where(f"day = '{day}'").collect()}
+    lo = 86400 * (day - D1).days
+    want_keys = set()
+    for s in all_series:
+        rows, closed = reference(s, horizon_days=2)
+        todays = {t: r for t, r in rows.items() if lo <= t < lo + 86400}
+        for t, want in todays.items():
+            want_keys.add((s.topic, t))
+            assert {c: got[(s.topic, t)][c] for c in COMPARED} == want, (s.topic, t)
+        assert state.get(s.topic, (0, 0)) == closed[lo + 86400], s.topic
+        if todays:
+            d = daily[s.topic]
+            assert d["periods"] == len(todays)
+            assert d["periods_over"] == sum(r["over_msgs"] > 0 or r["over_bytes"] > 0 for r in todays.values())
+            assert d["excess_msgs"] == sum(r["over_msgs"] for r in todays.values())
+            assert d["excess_bytes"] == sum(r["over_bytes"] for r in todays.values())
+            assert d["max_debt_msgs"] == max(r["debt_out_msgs"] for r in todays.values())
+            assert d["periods_starved"] == sum(r["starved"] for r in todays.values())
+            assert (d["opening_debt_msgs"], d["opening_debt_bytes"]) == closed.get(lo, (0, 0))
+            assert (d["closing_debt_msgs"], d["closing_debt_bytes"]) == closed[lo + 86400]
+    assert set(got) == want_keys
+
+
+def test_day_by_day_equals_one_run_and_rebuild_cascades(spark, settings):
+    all_series = two_day_series()
+    write_silver(spark, all_series)
+    build_dispatch(D1, settings)
+    result = build_dispatch(D2, settings)
+    # Day 2 built from day 1's stored closing debt = the reference run over both days at once.
+    assert_day_matches_reference(all_series, D2)
+    assert_day_matches_reference(all_series, D1)
+    assert any("worst scopes" in line for line in result.lines)
+    assert result.metrics["dispatch_scopes_over"] >= 1
+
+    # Re-building day 1 with the same input changes nothing: no cascade.
+    again = build_dispatch(D1, settings)
+    assert not any("re-building" in line for line in again.lines)
+
+    # Day 1 corrected late (more delivered just before midnight): day 2 is re-built from it.
+    all_series[2].records[86400 - 2] = (90, 100, 90, 0)
+    all_series[0].records[86400 - 2] = (70, 5000, 70, 0)
+    write_silver(spark, all_series, days=(D1,))
+    rebuilt = build_dispatch(D1, settings)
+    assert any(f"re-building {D2}" in line for line in rebuilt.lines)
+    assert rebuilt.metrics["dispatch_days_rebuilt"] == 1
+    assert_day_matches_reference(all_series, D1)
+    assert_day_matches_reference(all_series, D2)
+
+
+def test_worst_scopes_ranks_by_periods_over(spark):
+    t0, t1 = partition("orders", 0), partition("orders", 1)
+    intervals = [interval("subscription", s, 15, topic=t0, subscription="s1") for s in range(3)]
+    intervals += [interval("subscription", 0, 50, topic=t1, subscription="s1")]
+    limits = [limit("subscription", 10, topic=t0), limit("subscription", 10, topic=t1)]
+    limits_df = frame(spark, "rate_limits", limits)
+    periods = dispatch_periods(frame(spark, "dispatch_intervals", intervals), limits_df)
+    daily = dispatch_daily(periods, None, closing_debt(periods, limits_df, None, D1), D1)
+    worst = worst_scopes(daily, 5).collect()
+    assert [w["topic"] for w in worst] == [t0, t1]  # 3 periods over beat 1 period over
+    assert worst[0]["excess_msgs"] == 5 + 10 + 15 and worst[0]["main_cause"] == "other"

@@ -372,7 +372,7 @@ def closing_debt(
     )
     midnight_start = F.unix_micros(F.to_timestamp(F.lit(day.isoformat())))
     if opening_debt is not None:
-        carried = opening_debt.join(last.select(*SCOPE), _scope_match(opening_debt, last), "left_anti")
+        carried = _scope_join(opening_debt, last.select(*SCOPE), "left_anti")
         last = last.unionByName(
             carried.select(
                 *SCOPE,
@@ -404,11 +404,16 @@ def closing_debt(
     )
 
 
-def _scope_match(left: DataFrame, right: DataFrame) -> Column:
+def _scope_join(left: DataFrame, right: DataFrame, how: str) -> DataFrame:
+    """Join on the scope (null-safe: topic and subscription are null above their level).
+
+    The right side's columns come back prefixed ``r_`` (fresh columns: both sides often derive
+    from the same periods, which a plain self-join would find ambiguous)."""
+    r = right.select(*[F.col(c).alias(f"r_{c}") for c in right.columns])
     cond = F.lit(True)
     for c in SCOPE:
-        cond = cond & left[c].eqNullSafe(right[c])
-    return cond
+        cond = cond & F.col(c).eqNullSafe(F.col(f"r_{c}"))
+    return left.join(r, cond, how)
 
 
 # ---------------------------------------------------------------------------- dispatch_daily
@@ -436,19 +441,18 @@ def dispatch_daily(
         F.sum("over_redelivery_bytes").alias("_redelivery_bytes"),
         F.sum("over_approx_bytes").alias("_approx_bytes"),
     )
-    c = closing.select(*SCOPE, "debt_msgs", "debt_bytes")
-    out = agg.join(c, _scope_match(agg, c), "full_outer").select(
-        *[F.coalesce(agg[k], c[k]).alias(k) for k in SCOPE],
-        *[agg[k] for k in agg.columns if k not in SCOPE],
-        F.coalesce(c["debt_msgs"], F.lit(0)).alias("closing_debt_msgs"),
-        F.coalesce(c["debt_bytes"], F.lit(0)).alias("closing_debt_bytes"),
+    out = _scope_join(agg, closing.select(*SCOPE, "debt_msgs", "debt_bytes"), "full_outer").select(
+        *[F.coalesce(F.col(k), F.col(f"r_{k}")).alias(k) for k in SCOPE],
+        *[k for k in agg.columns if k not in SCOPE],
+        F.coalesce(F.col("r_debt_msgs"), F.lit(0)).alias("closing_debt_msgs"),
+        F.coalesce(F.col("r_debt_bytes"), F.lit(0)).alias("closing_debt_bytes"),
     )
     if opening_debt is not None:
-        o = opening_debt.select(*SCOPE, "debt_msgs", "debt_bytes")
-        out = out.join(o, _scope_match(out, o), "left").select(
-            *[out[k] for k in out.columns],
-            F.coalesce(o["debt_msgs"], F.lit(0)).alias("opening_debt_msgs"),
-            F.coalesce(o["debt_bytes"], F.lit(0)).alias("opening_debt_bytes"),
+        columns = out.columns
+        out = _scope_join(out, opening_debt.select(*SCOPE, "debt_msgs", "debt_bytes"), "left").select(
+            *columns,
+            F.coalesce(F.col("r_debt_msgs"), F.lit(0)).alias("opening_debt_msgs"),
+            F.coalesce(F.col("r_debt_bytes"), F.lit(0)).alias("opening_debt_bytes"),
         )
     else:
         out = out.withColumn("opening_debt_msgs", F.lit(0)).withColumn("opening_debt_bytes", F.lit(0))
