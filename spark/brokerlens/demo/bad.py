@@ -1,9 +1,10 @@
 """Deliberately bad records, and the manifest that lists them with what the day should show.
 
-Every bad record is listed with its kind, file (relative to the landing root, like the
-``quarantine`` table's ``source_file``), 1-based line (null for a whole file) and the reason
-code the landing must give (schemas/tables/quarantine.yaml), so a test can assert that nothing
-but these is quarantined.
+Every bad record is listed with the ``stage`` and ``kind`` of the quarantine row it must become
+(``land`` and the landing kind; ``build``/``cursor_ranges`` for unparseable ranges inside a good
+envelope), its file (relative to the landing root, like the ``quarantine`` table's
+``source_file``), 1-based line (null for a whole file) and the reason code
+(schemas/tables/quarantine.yaml), so a test can assert that nothing but these is quarantined.
 """
 
 from __future__ import annotations
@@ -26,13 +27,13 @@ def _append(path: Path, landing: Path, kind: str, items: list[tuple[str, str, st
         for raw, reason, detail in items:
             f.write(raw + "\n")
             n += 1
-            out.append({"kind": kind, "file": path.relative_to(landing).as_posix(), "line": n,
+            out.append({"stage": "land", "kind": kind, "file": path.relative_to(landing).as_posix(), "line": n,
                         "reason": reason, "detail": detail})
 
 
 def _whole_file(path: Path, landing: Path, kind: str, data: bytes, reason: str, detail: str, out: list[dict]) -> None:
     path.write_bytes(data)
-    out.append({"kind": kind, "file": path.relative_to(landing).as_posix(), "line": None,
+    out.append({"stage": "land", "kind": kind, "file": path.relative_to(landing).as_posix(), "line": None,
                 "reason": reason, "detail": detail})
 
 
@@ -92,8 +93,9 @@ def sprinkle(root: Path, landing: Path, day: date, cluster: str) -> list[dict]:
     _append(policies, landing, "policies", [
         (json.dumps({**pol, "kind": "cluster-dispatch-rate"}, separators=(",", ":")), "unknown-enum",
          "kind 'cluster-dispatch-rate'"),
-        (json.dumps({**pol, "effective_at": 1763683200}, separators=(",", ":")), "wrong-type",
-         "effective_at is a number"),
+        (json.dumps({**pol, "effective_at": pol["effective_at"].replace(":00Z", ":01Z"),
+                     "policy": {**pol["policy"], "dispatchThrottlingRateInMsg": "ten"}}, separators=(",", ":")),
+         "wrong-type", "policy.dispatchThrottlingRateInMsg is a string"),
         ('{"effective_at": "' + day.isoformat() + 'T06:00:00Z", "cluster": "' + cluster + '", "kind": ',
          "malformed-json", "record cut in the middle"),
     ], out)
@@ -138,6 +140,8 @@ def sprinkle(root: Path, landing: Path, day: date, cluster: str) -> list[dict]:
     cursor["individuallyDeletedMessages"] = "[(3:4..3:6], (3:7.."
     _whole_file(root / "internal-stats" / "zz-bad-ranges.json", landing, "internal-stats",
                 json.dumps(broken).encode(), "malformed-ranges", "individuallyDeletedMessages cut short", out)
+    # The envelope itself is fine: land keeps it; build quarantines the cursor's ranges.
+    out[-1].update(stage="build", kind="cursor_ranges")
     # Not text at all: a truncated gzip stream where JSON was expected.
     _whole_file(root / "internal-stats" / "zz-bad-unreadable.json", landing, "internal-stats",
                 bytes([0x1F, 0x8B, 0x08, 0x00, 0xFF, 0xFE, 0x00, 0x9C, 0xC3, 0x28]) * 8, "unreadable-file",
