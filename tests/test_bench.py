@@ -1,0 +1,176 @@
+"""The benchmark harness at a tiny scale: generated input, results file, and the DuckDB reference
+agreeing with dispatch_periods (and with a plain sequential Lindley loop)."""
+
+from __future__ import annotations
+
+import json
+from datetime import date, timedelta
+
+import duckdb
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+
+from brokerlens import bench
+from brokerlens.schemas import table_schema
+
+DAY = date(2026, 11, 20)
+PERIODS = 900  # the first 15 minutes of the day: seconds, not minutes, per test
+
+
+def test_generated_day_has_silver_shape_and_realistic_series():
+    intervals, limits = bench.generate_day(DAY, 2, periods=PERIODS)
+    assert intervals.column_names == table_schema("dispatch_intervals").column_names
+    assert limits.column_names == table_schema("rate_limits").column_names
+    topo = bench.Topology(2)
+    per_level = {
+        r["level"]: r["count"]
+        for r in intervals.group_by("level").aggregate([("level", "count")]).rename_columns(["level", "count"]).to_pylist()
+    }
+    # 6 subscriptions, 2 partitions, 1 broker; idle seconds have no record.
+    assert topo.scopes == 9
+    assert 0.7 * 6 * PERIODS < per_level["subscription"] < 6 * PERIODS
+    assert per_level["topic"] <= 2 * PERIODS and per_level["broker"] <= PERIODS
+    assert pc.min(intervals["msgs"]).as_py() > 0
+    # A partition's topic-level delivery is the sum of its subscriptions' in every period.
+    subs = intervals.filter(pc.equal(intervals["level"], "subscription"))
+    summed = subs.group_by(["topic", "interval_start"]).aggregate([("msgs", "sum"), ("bytes", "sum")])
+    topics = intervals.filter(pc.equal(intervals["level"], "topic")).select(["topic", "interval_start", "msgs", "bytes"])
+    joined = topics.join(summed, ["topic", "interval_start"])
+    assert joined.num_rows == topics.num_rows
+    assert joined["msgs"].to_pylist() == joined["msgs_sum"].to_pylist()
+    assert joined["bytes"].to_pylist() == joined["bytes_sum"].to_pylist()
+    # Some subscription periods go over their quota (bursts), most stay under it.
+    sub_limits = limits.filter(pc.equal(limits["level"], "subscription")).to_pylist()
+
+    def quota(topic, at):
+        return next(r["msg_limit"] for r in sub_limits if r["topic"] == topic and r["valid_from"] <= at < r["valid_to"])
+
+    rows = subs.select(["topic", "interval_start", "msgs"]).to_pylist()
+    over = sum(1 for r in rows if r["msgs"] > quota(r["topic"], r["interval_start"]))
+    assert 0 < over < 0.5 * len(rows)
+    # Deterministic: the same day and size give the same data.
+    assert bench.generate_day(DAY, 2, periods=PERIODS)[0].equals(intervals)
+
+
+def _sequential(delivered: list[int], quota: list[int | None], opening: int = 0) -> list[tuple[int, int, int]]:
+    """Pulsar's limiter period by period: (debt_in, over, debt_out) for each period."""
+    debt, out = opening, []
+    for d, q in zip(delivered, quota):
+        if q is None:
+            debt = 0
+            out.append((0, 0, 0))
+            continue
+        allowed = max(0, q - debt)
+        out.append((debt, max(0, d - allowed), max(0, debt + d - q)))
+        debt = max(0, debt + d - q)
+    return out
+
+
+@pytest.fixture
+def tiny_input(tmp_path):
+    inputs = bench.write_input(tmp_path / "in", DAY, 2, files=2, periods=PERIODS)
+    sub = ("subscription", "persistent://bench/ns0/orders-0-partition-1", "sub-2")
+    opening = pa.table(
+        {
+            "day": pa.array([DAY - timedelta(days=1)] * 2, pa.date32()),
+            "level": ["subscription", "broker"],
+            "cluster": [bench.CLUSTER] * 2,
+            "broker": ["broker-0.bench:8080"] * 2,
+            "topic": [sub[1], None],
+            "subscription": [sub[2], None],
+            "debt_msgs": pa.array([50_000, 2_000], pa.int64()),
+            "debt_bytes": pa.array([10**9, 0], pa.int64()),
+            "last_period_start": pa.array([None, None], pa.timestamp("us", tz="UTC")),
+        }
+    )
+    pq.write_table(opening, tmp_path / "opening.parquet")
+    return inputs, str(tmp_path / "opening.parquet"), sub
+
+
+def test_duckdb_reference_matches_a_sequential_loop(tiny_input, tmp_path):
+    inputs, opening, (level, topic, subscription) = tiny_input
+    out = tmp_path / "duck.parquet"
+    assert bench.duckdb_dispatch(inputs, opening, out, threads=2) == sum(
+        pq.ParquetFile(f).metadata.num_rows for f in inputs["intervals"]
+    )
+    rows = duckdb.sql(
+        f"SELECT epoch(period_start)::BIGINT AS t, counted_msgs, debt_in_msgs, over_msgs, debt_out_msgs, "
+        f"bytes, debt_in_bytes, over_bytes, debt_out_bytes FROM '{out}' "
+        f"WHERE level = '{level}' AND topic = '{topic}' AND subscription = '{subscription}' ORDER BY t"
+    ).fetchall()
+    lim = pq.read_table(inputs["limits"][0]).to_pylist()
+    sub_limits = [r for r in lim if r["level"] == "subscription" and r["topic"] == topic]
+    start = int(sub_limits[0]["valid_from"].timestamp())
+
+    def limit_at(t: int, key: str):
+        return next(r[key] for r in sub_limits if r["valid_from"].timestamp() <= t < r["valid_to"].timestamp())
+
+    # The dense series: every period of the scope, zero where there is no record.
+    by_t = {r[0]: r for r in rows}
+    ts = range(start, start + PERIODS)
+    for unit, delivered_at, limit_key, opening_debt, cols in (
+        ("msgs", 1, "msg_limit", 50_000, (2, 3, 4)),
+        ("bytes", 5, "byte_limit", 10**9, (6, 7, 8)),
+    ):
+        delivered = [by_t[t][delivered_at] if t in by_t else 0 for t in ts]
+        expected = _sequential(delivered, [limit_at(t, limit_key) for t in ts], opening_debt)
+        got = [tuple(by_t[t][c] for c in cols) for t in ts if t in by_t]
+        assert got == [e for t, e in zip(ts, expected) if t in by_t], unit
+    assert rows[0][2] > 40_000  # the opening debt is carried into the first periods
+    assert any(r[3] > 0 for r in rows)  # the reference exercises over-delivery
+
+
+def test_duckdb_reference_agrees_with_dispatch_periods(spark, tiny_input, tmp_path):
+    inputs, opening, _ = tiny_input
+    bench.duckdb_dispatch(inputs, opening, tmp_path / "duck.parquet", threads=2)
+    n = bench.spark_dispatch(spark, inputs, opening, tmp_path / "spark")
+    assert n == sum(pq.ParquetFile(f).metadata.num_rows for f in inputs["intervals"])
+    compared = [
+        "quota_msgs", "counted_msgs", "debt_in_msgs", "allowed_msgs", "over_msgs", "debt_out_msgs",
+        "quota_bytes", "debt_in_bytes", "allowed_bytes", "over_bytes", "debt_out_bytes",
+    ]
+    keys = ["level", "cluster", "broker", "topic", "subscription", "period_start"]
+    on = " AND ".join(f"a.{k} IS NOT DISTINCT FROM b.{k}" for k in keys)
+    diff = " OR ".join(f"a.{c} IS DISTINCT FROM b.{c}" for c in compared)
+    sums = ", ".join(f"sum(a.{c}) = sum(b.{c})" for c in ("over_msgs", "debt_out_msgs", "over_bytes"))
+    matched, differing, *same_sums = duckdb.sql(
+        f"SELECT count(*), count(*) FILTER (WHERE {diff}), {sums} "
+        f"FROM read_parquet('{tmp_path}/spark/*.parquet') a JOIN '{tmp_path}/duck.parquet' b ON {on}"
+    ).fetchone()
+    assert (matched, differing) == (n, 0)
+    assert all(same_sums)
+    assert duckdb.sql(f"SELECT sum(over_msgs) > 0 FROM '{tmp_path}/duck.parquet'").fetchone()[0]
+
+
+def test_results_file_shape(spark, tmp_path):
+    out = tmp_path / "bench" / "results.json"
+    results = bench.run(out, sizes=(1, 2), days_partitions=1, land_scales=(), periods=300, spark=spark)
+    assert json.loads(out.read_text()) == results
+    assert results["environment"]["cores"] == spark.sparkContext.defaultParallelism
+    sizes = results["sizes"]
+    assert [s["partitions"] for s in sizes] == [1, 2]
+    for size in sizes:
+        stages = size["stages"]
+        assert set(stages) == {"plain_pass", "dispatch_periods", "duckdb"}
+        for stage in stages.values():
+            assert stage["rows"] == size["input_rows"]
+            assert stage["seconds"] > 0
+            rate = stage["rows"] / stage["seconds"] / results["environment"]["cores"]
+            assert stage["rows_per_second_per_core"] == pytest.approx(rate, rel=0.01, abs=2)  # seconds are rounded
+            assert stage["jvm_rss_mb"] > 0 and stage["python_driver_rss_mb"] > 0
+            assert stage["jvm_heap_peak_mb"] >= stage["jvm_old_gen_peak_mb"] > 0
+        ratios = size["ratios"]
+        assert ratios["dispatch_periods/duckdb"] == round(
+            stages["dispatch_periods"]["seconds"] / stages["duckdb"]["seconds"], 2
+        )
+        assert size["dispatch_plan"]["python_udf_operators"] == 0
+        assert size["dispatch_plan"]["shuffle_exchanges"] >= 1
+    assert sizes[1]["input_rows"] > sizes[0]["input_rows"]
+    days = results["days"]
+    assert [d["day"] for d in days["days"]] == ["2026-11-21", "2026-11-22", "2026-11-23"]
+    assert days["last_over_first"] == round(days["days"][2]["seconds"] / days["days"][0]["seconds"], 2)
+    assert not (tmp_path / "bench" / "work").exists()  # generated inputs are removed
+    table = bench.markdown(results)
+    assert table.count("\n") == 1 + len(sizes)
