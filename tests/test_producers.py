@@ -233,3 +233,46 @@ def test_build_producers_writes_the_tables(spark, settings):
     assert [r.throttled for r in msgs] == [True, False, False]
     (bytes_first, *_) = sorted((r for r in conf if r.dimension == "bytes"), key=lambda r: r.interval_start)
     assert (bytes_first.rate, bytes_first.burst, bytes_first.limit_text) == (10240.0, 102400.0, "100KB,10s")
+
+
+# Silver column for each ProducerConfigurationData key the demo writes.
+CONFIG_COLUMNS = {
+    "batchingEnabled": "batching_enabled", "batchingMaxMessages": "batching_max_messages",
+    "batchingMaxBytes": "batching_max_bytes", "batchingMaxPublishDelayMicros": "batching_max_publish_delay_micros",
+    "batchingPartitionSwitchFrequencyByPublishDelay": "batching_partition_switch_frequency",
+    "maxPendingMessages": "max_pending_messages",
+    "maxPendingMessagesAcrossPartitions": "max_pending_messages_across_partitions",
+    "blockIfQueueFull": "block_if_queue_full", "sendTimeoutMs": "send_timeout_ms",
+    "compressionType": "compression_type", "messageRoutingMode": "message_routing_mode",
+}
+# The demo's names for the problems it plants → the rule that must find each.
+DEMO_ISSUES = {
+    "batching-max-messages-over-max-pending": "batch-never-fills-by-count",
+    "memory-limit-too-small": "memory-limit-below-pending",
+    "batching-max-bytes-too-large": "batch-bytes-above-bound",
+    "partition-switch-frequency": "partition-switch-frequency",
+    "block-if-queue-full-false-with-send-failures": "queue-full-fails-fast",
+}
+
+
+def test_demo_producers(spark):
+    """The demo cluster's producers: every deliberately bad one is found, no good one is."""
+    from brokerlens.demo.cluster import build_cluster
+
+    cluster = build_cluster(1.0, 1)
+    rows = []
+    for p in cluster.producers:
+        msgs, failed = 6000, 4 if p.send_failures else 0
+        rows.append(snapshot(
+            producer=p.name, topic=p.topic.name, partitions=p.topic.partitions, memory_limit_bytes=p.memory_limit,
+            num_msgs_sent=msgs, uncompressed_bytes_sent=int(msgs * p.topic.msg_bytes),
+            num_bytes_sent=int(msgs * p.topic.msg_bytes * 0.45), num_send_failed=failed,
+            send_failed_queue_full=failed, **{CONFIG_COLUMNS[k]: v for k, v in p.config.items()},
+        ))
+    found: dict[str, set[str]] = {}
+    for r in lint_rows(spark, *rows):
+        found.setdefault(r.producer_name, set()).add(r.rule)
+    bad = {p.name: p.issues for p in cluster.producers if p.issues}
+    assert set(found) == set(bad)
+    for name, issues in bad.items():
+        assert {DEMO_ISSUES[i] for i in issues} <= found[name], name
