@@ -26,6 +26,12 @@ stack-up: bootstrap
 stack-down:
 	infra/stack.sh down
 
+## make bench [BENCH_ARGS=...]: dispatch stages at 3 sizes (0.7M, 2.7M, 10.8M records) against a
+## plain Spark pass and DuckDB, 3 consecutive days, landing; results in $(BROKERLENS_HOME)/bench/results.json
+## (python -m brokerlens.bench --help; BENCH_ARGS="--latest infra/bench/latest.json" refreshes the committed figures)
+bench: bootstrap
+	$(VENV)/python -m brokerlens.bench $(BENCH_ARGS)
+
 ## make lock: recompile requirements/lock.txt from requirements/requirements.in
 lock: bootstrap
 	$(VENV)/uv pip compile -q --python-version 3.11 requirements/requirements.in -o requirements/lock.txt
