@@ -232,7 +232,8 @@ def dispatch_chart(day: date, label: str, unit: str, minutes: dict[int, tuple[in
     ax.set_ylabel(f"over quota, {unit}/min")
     ax.set_ylim(0, max(1, over.max()) * 1.1)
     ax2 = ax.twinx()
-    ax2.plot(times, debt, color="#2166ac", linewidth=1.1, marker="o", markersize=2,
+    # Markers keep isolated minutes visible; a busy day reads as a line without them.
+    ax2.plot(times, debt, color="#2166ac", linewidth=1.1, marker="o" if len(minutes) < 120 else None, markersize=2,
              label=f"debt carried out ({unit}, max per minute)")
     ax2.set_ylabel(f"debt, {unit}")
     ax2.set_ylim(0, max(1, np.nanmax(debt) if len(minutes) else 1) * 1.1)
@@ -541,7 +542,8 @@ def alert_section(day: date, settings: Settings, headline: list[Number]) -> Sect
         Number("escalated", _fmt(by_state["escalated"]), "bad" if by_state["escalated"] else ""),
         Number("ongoing", _fmt(by_state["ongoing"])),
         Number("resolved", _fmt(by_state["resolved"]), "good" if by_state["resolved"] else ""),
-        Number("emails sent", f"{mails['mails']:,} to {mails['groups']:,} group{'s' if mails['groups'] != 1 else ''}"),
+        Number("emails sent", f"{mails['mails']:,} to {mails['groups']:,} group{'s' if mails['groups'] != 1 else ''}"
+               if mails["mails"] else "none"),
     ]
     headline += [
         Number("new or escalated alerts", _fmt(by_state["new"] + by_state["escalated"]),
