@@ -111,11 +111,11 @@ def _pct(value) -> str:
 def _bytes(value) -> str:
     if value is None:
         return "—"
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(value) < 1024 or unit == "GiB":
-            return f"{value:,.0f} {unit}" if unit == "B" else f"{value:,.1f} {unit}"
-        value /= 1024
-    return str(value)
+    units = ("B", "KiB", "MiB", "GiB")
+    step = 0
+    while abs(value) >= 1024 and step < len(units) - 1:
+        value, step = value / 1024, step + 1
+    return f"{value:,.0f} B" if step == 0 else f"{value:,.1f} {units[step]}"
 
 
 def _short_topic(topic: str | None) -> str:
