@@ -29,6 +29,7 @@ class SubSpec:
     outages: list[tuple[int, int]] = field(default_factory=list)  # (start second, seconds)
     redeliveries: list[tuple[int, int]] = field(default_factory=list)  # (second, messages)
     delayed: bool = False  # the topic carries delayed messages (deliverAt)
+    receiver_queue_size: int = 1000  # consumer receiverQueueSize (client default 1000)
 
 
 @dataclass
@@ -139,7 +140,8 @@ def build_cluster(scale: float, seed: int) -> Cluster:
                                 redeliveries=[(11 * h, 500)]),
                         SubSpec("analytics", "Key_Shared", 2, 1500, {0: 300, 1: 250, 2: 280, 3: 310},
                                 redeliveries=[(16 * h + 1800, 300)]),
-                        SubSpec("audit-log", "Failover", 2, 2000)]),
+                        # A small receiver queue: reads of 20 entries, not dispatcherMaxReadBatchSize's 100.
+                        SubSpec("audit-log", "Failover", 2, 2000, receiver_queue_size=20)]),
         TopicSpec("acme", "orders", "order-events", 0, [b1], batch_mean=1, msg_bytes=2048, entry_rate=4,
                   bursts=[(13 * h, 600, 250.0)],
                   subs=[SubSpec("billing", "Shared", 2, 3000, {0: 40}),

@@ -116,7 +116,10 @@ class Day:
             subscriptions=[s.name for _, s in sub_rows], sub_topic=topic_of,
             batch_mean=np.array([topics[pi].batch_mean for pi, _ in sub_rows]),
             msg_bytes=np.array([topics[pi].msg_bytes for pi, _ in sub_rows]),
-            read_entries=np.full(len(sub_rows), 100.0),  # min(receiverQueueSize 1000, dispatcherMaxReadBatchSize 100)
+            # Entries per read: min(receiverQueueSize, dispatcherMaxReadBatchSize).
+            read_entries=np.array([float(min(s.receiver_queue_size,
+                                             self.cluster.broker_config[parts[pi][3]]["dispatcherMaxReadBatchSize"]))
+                                   for pi, s in sub_rows]),
             consumer_rate=np.array([s.consumer_rate for _, s in sub_rows]))
         limits = self.effective_limits(scopes, [(topics[pi], parts[pi][3]) for pi, _ in sub_rows],
                                        [(p[0], p[3]) for p in parts])
