@@ -129,7 +129,7 @@ def sprinkle(root: Path, landing: Path, day: date, cluster: str) -> list[dict]:
                 text[: len(text) // 3].encode(), "malformed-json", "file cut short", out)
 
     internal = sorted((root / "internal-stats").glob("*.json"))[0]
-    ienv = json.loads(internal.read_text())
+    ienv = json.loads(internal.read_text())[0]
     old = json.loads(json.dumps(ienv))
     old["collected_at"] = (day - timedelta(days=1)).isoformat() + "T23:55:00Z"
     _whole_file(root / "internal-stats" / "zz-bad-outside-day.json", landing, "internal-stats",

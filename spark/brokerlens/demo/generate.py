@@ -337,35 +337,49 @@ def _sum_stats(parts: list[dict], n: int) -> dict:
     return total
 
 
+class _EnvelopeArray:
+    """One collection's envelopes as a JSON array, written as they are made (bounded memory)."""
+
+    def __init__(self, path: Path):
+        self.file = path.open("w")
+        self.count = 0
+
+    def add(self, envelope: dict) -> None:
+        self.file.write(("[" if self.count == 0 else ",") + dumps(envelope))
+        self.count += 1
+
+    def close(self) -> int:
+        self.file.write(("]" if self.count else "[]") + "\n")
+        self.file.close()
+        return self.count
+
+
 def write_topic_stats(day: Day, out: Path) -> tuple[int, int]:
-    files = records = 0
+    """One file per collection (every 10 minutes) with every topic's stats, like `collect` writes."""
+    records = 0
     for k, second in enumerate(SNAPSHOTS):
-        per_broker: dict[str, list[str]] = {}
+        array = _EnvelopeArray(out / f"snapshot-{hhmm(int(second))}.json")
         for t in day.cluster.topics:
             names = t.partition_names()
             stats = [topic_stats(day, t, i, name, t.brokers[i], k) for i, name in enumerate(names)]
             if t.stats_shape == "partitioned":
                 body = _sum_stats(stats, t.partitions)
                 body["partitions"] = dict(zip(names, stats))
-                env = {"collected_at": iso(day.day, second), "cluster": CLUSTER, "broker": t.brokers[0],
-                       "topic": t.name, "stats": body}
-                per_broker.setdefault("partitioned", []).append(dumps(env))
+                array.add({"collected_at": iso(day.day, second), "cluster": CLUSTER, "broker": t.brokers[0],
+                           "topic": t.name, "stats": body})
             else:
                 for i, name in enumerate(names):
-                    env = {"collected_at": iso(day.day, second), "cluster": CLUSTER, "broker": t.brokers[i],
-                           "topic": name, "stats": stats[i]}
-                    per_broker.setdefault(t.brokers[i], []).append(dumps(env))
-        for key, envelopes in per_broker.items():
-            (out / f"{safe(key)}-{hhmm(int(second))}.json").write_text("[" + ",".join(envelopes) + "]\n")
-            files += 1
-            records += len(envelopes)
-    return files, records
+                    array.add({"collected_at": iso(day.day, second), "cluster": CLUSTER, "broker": t.brokers[i],
+                               "topic": name, "stats": stats[i]})
+        records += array.close()
+    return len(SNAPSHOTS), records
 
 
 def write_internal_stats(day: Day, out: Path) -> tuple[int, int, list[dict]]:
-    files = 0
+    records = 0
     spanning = []
     for second in INTERNAL:
+        array = _EnvelopeArray(out / f"snapshot-{hhmm(int(second))}.json")
         for t, i, name, broker in day.partitions:
             ledgers = day.ledgers[name]
             cursors, states = {}, {}
@@ -398,11 +412,10 @@ def write_internal_stats(day: Day, out: Path) -> tuple[int, int, list[dict]]:
                 "state": "LedgerOpened", "ledgers": ledger_info, "cursors": cursors, "schemaLedgers": [],
                 "compactedLedger": {"ledgerId": -1, "entries": -1, "size": -1, "offloaded": False, "underReplicated": False},
             }
-            env = {"collected_at": iso(day.day, int(second)), "cluster": CLUSTER, "broker": broker, "topic": name,
-                   "stats": stats}
-            (out / f"{safe(name)}-{hhmm(int(second))}.json").write_text(dumps(env) + "\n")
-            files += 1
-    return files, files, spanning
+            array.add({"collected_at": iso(day.day, int(second)), "cluster": CLUSTER, "broker": broker,
+                       "topic": name, "stats": stats})
+        records += array.close()
+    return len(INTERNAL), records, spanning
 
 
 def _spans_ledgers(text: str) -> bool:
