@@ -5,11 +5,9 @@ from __future__ import annotations
 import json
 from datetime import date, datetime, timedelta
 
-import pytest
-
 from brokerlens import producers
-from brokerlens.settings import PublishRateLimit
 from brokerlens.schemas import table_schema
+from brokerlens.settings import PublishRateLimit
 
 DAY = date(2026, 11, 21)
 T0 = datetime(2026, 11, 21, 10, 0, 0)

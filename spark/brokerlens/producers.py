@@ -327,7 +327,10 @@ def health(
     snapshots: DataFrame, findings: DataFrame, brokers: DataFrame, config: ProducerSettings
 ) -> DataFrame:
     c = F.col
-    last = lambda name: F.max_by(name, "snapshot_at").alias(name)  # noqa: E731
+
+    def last(name: str) -> Column:
+        return F.max_by(name, "snapshot_at").alias(name)
+
     eff_total = c("effective_max_pending_messages") * _partitions_at_least_one()
     kinds = ["send_failed_queue_full", "send_failed_memory_full", "send_failed_timeout"]
     kinds_known = F.greatest(*[c(k).isNotNull() for k in kinds])
@@ -485,6 +488,7 @@ def build_producers(day: date, settings: Settings) -> StageResult:
         write(conformance_rows, "publish_rate_conformance")
     by_rule = {r["rule"]: r["n"] for r in findings.groupBy("rule").agg(F.count(F.lit(1)).alias("n")).collect()}
     result.metrics["producer_lint_rows"] = sum(by_rule.values())
+    log.info("producer lint %s: %d findings %s", day, sum(by_rule.values()), by_rule)
     if by_rule:
         result.lines.append(
             "producer lint: " + ", ".join(f"{rule} {n}" for rule, n in sorted(by_rule.items()))
