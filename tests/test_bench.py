@@ -148,6 +148,7 @@ def test_results_file_shape(spark, tmp_path):
     out = tmp_path / "bench" / "results.json"
     results = bench.run(out, sizes=(1,), days_partitions=1, land_scales=(), periods=300, spark=spark)
     assert json.loads(out.read_text()) == results
+    assert results["complete"] is True
     assert results["environment"]["cores"] == spark.sparkContext.defaultParallelism
     sizes = results["sizes"]
     assert [s["partitions"] for s in sizes] == [1]

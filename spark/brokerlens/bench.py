@@ -554,8 +554,14 @@ def ratio(a: dict, b: dict) -> float:
 
 
 def bench_sizes(
-    bench: Bench, work: Path, sizes: tuple[int, ...], day: date, periods: int = PERIODS_PER_DAY
+    bench: Bench,
+    work: Path,
+    sizes: tuple[int, ...],
+    day: date,
+    periods: int = PERIODS_PER_DAY,
+    done: Callable[[dict], None] = lambda entry: None,
 ) -> list[dict]:
+    """Each size in turn; ``done`` gets each size's entry as soon as it is measured."""
     spark, out = bench.spark, []
     opening = opening_debt_file(work, day)
     warm = None
@@ -592,6 +598,7 @@ def bench_sizes(
         }
         log.info("size %s: %s", partitions, json.dumps({k: v["seconds"] for k, v in stages.items()}))
         out.append(entry)
+        done(entry)
         shutil.rmtree(inputs["intervals"][0].rsplit("/", 1)[0], ignore_errors=True)
     return out
 
@@ -717,6 +724,11 @@ def run(
     cores = spark.sparkContext.defaultParallelism
     started = datetime.now(timezone.utc)
     bench = Bench(spark, cores)
+
+    def save(*_) -> None:  # after every section: a run cut short still leaves its figures
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(results, indent=1) + "\n")
+
     try:
         results: dict = {
             "command": command,
@@ -729,22 +741,25 @@ def run(
                 "memory": "peak RSS sampled every 0.1 s: the driver JVM (runs the tasks in local mode), this "
                 "Python process (DuckDB runs in it), Spark's Python workers summed; JVM heap peak from MXBeans",
             },
-            "sizes": bench_sizes(bench, work, sizes, day, periods),
+            "complete": False,
+            "sizes": [],
         }
+        bench_sizes(bench, work, sizes, day, periods, done=lambda entry: save(results["sizes"].append(entry)))
         # The consecutive days and the landing use other stages: a failure there is recorded
         # in the results (and logged) rather than losing the measurements above.
         if days_partitions:
             results["days"] = _guarded(
                 "days", lambda: bench_days(bench, work, days_partitions, day + timedelta(days=1), periods=periods)
             )
+            save()
         if land_scales:
             results["landing"] = _guarded("landing", lambda: bench_landing(bench, work, land_scales, day))
     finally:
         bench.close()
+    results["complete"] = True
     results["finished_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
     results["total_seconds"] = round((datetime.now(timezone.utc) - started).total_seconds(), 1)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=1) + "\n")
+    save()
     shutil.rmtree(work, ignore_errors=True)
     return results
 
