@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from datetime import date, datetime, timedelta, timezone
+from datetime import date, datetime, timezone
 from pathlib import Path
 from typing import Iterator
 
@@ -27,7 +27,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-UNLIMITED = np.inf
 # Reads per period per dispatcher: a dispatcher re-reads as soon as a read completes; a handful
 # of reads per second is what a throttled dispatcher manages before the limiter stops it.
 MAX_READS_PER_PERIOD = 6

@@ -8,7 +8,6 @@ Everything derives from (day, scale, seed): the same inputs give byte-identical 
 from __future__ import annotations
 
 import json
-import logging
 import shutil
 from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
@@ -21,8 +20,6 @@ from . import bad
 from .cluster import CLUSTER, Cluster, SubSpec, TopicSpec, build_cluster
 from .cursors import Cursor, layout_ledgers, ledger_list
 from .dispatch import Demand, DispatchScopes, LimitSchedule, simulate_dispatch, write_dispatch_files
-
-log = logging.getLogger(__name__)
 
 DAY = 86400
 SNAPSHOTS = 300 + 600 * np.arange(144)  # topic stats every 10 minutes, 00:05 … 23:55
