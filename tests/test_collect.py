@@ -177,3 +177,12 @@ def test_cli_never_prints_the_token(admin, brokerlens_home, brokerlens_command):
     assert run.returncode == 0, run.stderr
     assert "topics=2" in run.stdout and "retry" in run.stderr  # the 500 was retried, and said so
     assert TOKEN not in run.stdout + run.stderr
+
+
+def test_cli_error_is_one_readable_line(admin, brokerlens_home, brokerlens_command):
+    env = {**os.environ, "BROKERLENS_ADMIN_TOKEN": "not-the-token-7c1d", "BROKERLENS_COLLECT__BACKOFF_SECONDS": "0"}
+    run = subprocess.run(brokerlens_command("collect", "--admin-url", admin), env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 1
+    assert "error: collect failed: GET /admin/v2/clusters: HTTP 401" in run.stderr
+    assert "Traceback" not in run.stderr and "not-the-token-7c1d" not in run.stderr

@@ -77,8 +77,12 @@ def collect(
 ) -> None:
     """Snapshot a live cluster's admin REST API into landing."""
     from .pipeline import run_stage
+    from .stage import StageFailed
 
-    typer.echo(run_stage("collect", None, admin_url=admin_url).render())
+    try:
+        typer.echo(run_stage("collect", None, admin_url=admin_url).render())
+    except StageFailed as exc:
+        _fail(f"collect failed: {exc}", code=1)
 
 
 @app.command()
