@@ -1,0 +1,123 @@
+"""`brokerlens validate`: the Great Expectations suites in ``expectations/`` on a day's partitions.
+
+One suite (JSON) per bronze and silver table, named after the table. An expectation's
+``meta.severity`` is ``critical`` or ``warning`` (the default). Every result is kept: a row per
+expectation in the ``validation_results`` table (appended, with the run time) and the run's
+JSON under ``<reports>/validation/<day>/``. A failed critical expectation raises
+``StageFailed`` with a summary of what failed; warnings are reported and do not stop the day.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from datetime import date, datetime, timezone
+from pathlib import Path
+
+from pyspark.sql import functions as F
+
+from .settings import Settings
+from .spark import get_spark
+from .stage import StageFailed, StageResult
+from .tables import read_table, write_table
+
+log = logging.getLogger(__name__)
+CRITICAL, WARNING = "critical", "warning"
+
+
+def expectations_dir() -> Path:
+    explicit = os.environ.get("BROKERLENS_EXPECTATIONS_DIR")
+    return Path(explicit) if explicit else Path(__file__).resolve().parents[2] / "expectations"
+
+
+def load_suites(folder: Path | None = None) -> dict[str, dict]:
+    folder = folder or expectations_dir()
+    return {p.stem: json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))}
+
+
+def _context():
+    import great_expectations as gx
+    from great_expectations.data_context.types.base import ProgressBarsConfig
+
+    context = gx.get_context(mode="ephemeral")
+    context.variables.progress_bars = ProgressBarsConfig(globally=False)
+    return context, context.data_sources.add_spark("brokerlens")
+
+
+def _columns(kwargs: dict) -> str | None:
+    if "column" in kwargs:
+        return kwargs["column"]
+    if "column_list" in kwargs:
+        return ",".join(kwargs["column_list"])
+    return None
+
+
+def _detail(result: dict) -> str:
+    if result.get("exception_info", {}).get("raised_exception"):
+        return str(result["exception_info"].get("exception_message"))[:500]
+    values = result.get("result", {}).get("partial_unexpected_list")
+    if values:
+        return "e.g. " + json.dumps(values[:5], default=str)
+    observed = result.get("result", {}).get("observed_value")
+    return "" if observed is None else f"observed {observed}"
+
+
+def validate_day(day: date, settings: Settings) -> StageResult:
+    import great_expectations as gx
+
+    spark = get_spark(settings)
+    result = StageResult("validate", day)
+    run_at = datetime.now(timezone.utc).replace(microsecond=0)
+    context, source = _context()
+    rows, failures, warnings = [], [], []
+    for table, suite_doc in load_suites().items():
+        frame = read_table(table, settings=settings).where(F.col("day") == F.lit(day)).persist()
+        count = frame.count()
+        suite = gx.ExpectationSuite(name=suite_doc.get("name", table), expectations=suite_doc["expectations"])
+        batch = (
+            source.add_dataframe_asset(table)
+            .add_batch_definition_whole_dataframe("day")
+            .get_batch(batch_parameters={"dataframe": frame})
+        )
+        outcome = batch.validate(suite)
+        frame.unpersist()
+        for item in outcome.results:
+            doc = item.to_json_dict()
+            config = doc["expectation_config"]
+            severity = (config.get("meta") or {}).get("severity", WARNING)
+            row = {
+                "day": day,
+                "run_at": run_at,
+                "table_name": table,
+                "expectation": config["type"],
+                "column_name": _columns(config["kwargs"]),
+                "severity": severity,
+                "success": bool(item.success),
+                "rows": count,
+                "unexpected_count": doc.get("result", {}).get("unexpected_count"),
+                "detail": _detail(doc),
+            }
+            rows.append(row)
+            if not item.success:
+                line = (
+                    f"{table}: {row['expectation']}({row['column_name']}) failed"
+                    f" on {row['unexpected_count'] if row['unexpected_count'] is not None else '?'} of {count} rows"
+                    f" {row['detail']}".rstrip()
+                )
+                (failures if severity == CRITICAL else warnings).append(line)
+    history = spark.createDataFrame(rows, read_table("validation_results", settings=settings).schema)
+    result.writes.append(write_table(history, "validation_results", mode="append", settings=settings))
+    folder = settings.reports / "validation" / day.isoformat()
+    folder.mkdir(parents=True, exist_ok=True)
+    report = folder / f"{run_at.strftime('%Y%m%dT%H%M%SZ')}.json"
+    report.write_text(json.dumps(rows, default=str, indent=1))
+    result.metrics.update(expectations=len(rows), critical_failed=len(failures), warnings=len(warnings))
+    result.lines += [f"warning: {w}" for w in warnings]
+    result.lines.append(f"results: {report}")
+    if failures:
+        raise StageFailed(
+            f"{len(failures)} critical expectation(s) failed (results: {report}):\n"
+            + "\n".join(f"  {f}" for f in failures)
+        )
+    return result
