@@ -113,14 +113,14 @@ def sprinkle(root: Path, landing: Path, day: date, cluster: str) -> list[dict]:
     # Whole-file problems in the JSON kinds.
     ts = sorted((root / "topic-stats").glob("*.json"))[0]
     envelopes = json.loads(ts.read_text())
-    env = envelopes[0]
+    # A non-partitioned topic's stats: its counters are the ones land reads.
+    env = next(e for e in envelopes if "partitions" not in e["stats"])
     _whole_file(root / "topic-stats" / "zz-bad-missing-stats.json", landing, "topic-stats",
                 json.dumps({k: v for k, v in env.items() if k != "stats"}).encode(), "missing-field",
                 "envelope without stats", out)
     body = json.loads(json.dumps(env))
     stats = body["stats"]
-    sub_stats = next(iter(stats["subscriptions"].values())) if stats.get("subscriptions") else stats
-    sub_stats["msgOutCounter"] = -1
+    next(iter(stats["subscriptions"].values()))["msgOutCounter"] = -1
     body["collected_at"] = body["collected_at"].replace(":05:00Z", ":05:03Z")
     _whole_file(root / "topic-stats" / "zz-bad-negative-counter.json", landing, "topic-stats",
                 json.dumps(body).encode(), "negative-counter", "subscription msgOutCounter = -1", out)
