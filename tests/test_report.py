@@ -22,7 +22,7 @@ from brokerlens.tables import table_schema, write_table
 
 DAY = date(2026, 11, 21)
 T0 = datetime(2026, 11, 21, tzinfo=timezone.utc)
-SECTION_IDS = ["headline", "dispatch", "cursors", "alerts", "producers", "quarantine"]
+SECTION_IDS = ["headline", "dispatch", "cursors", "alerts", "producers", "quarantine", "quality"]
 
 S1 = dict(level="subscription", cluster="c1", broker="broker-1:8080",
           topic="persistent://shop/orders/orders-partition-0", subscription="billing")
@@ -143,6 +143,16 @@ def seeded_day(spark):
              reason=reason, detail=f"line {i}", raw="{}", ingested_at=T0)
         for i, reason in enumerate(["duplicate", "duplicate", "negative-counter"], start=1)
     ])
+    # Two validation runs: only the later one is the day's result.
+    checks = [("bronze_dispatch", "expect_column_values_to_not_be_null", "msgs", "critical"),
+              ("bronze_dispatch", "expect_column_values_to_be_between", "msgs", "critical"),
+              ("cursor_snapshots", "expect_column_values_to_be_in_set", "subscription_type", "warning")]
+    put(spark, "validation_results", [
+        dict(day=DAY, run_at=T0 + timedelta(days=1, hours=run), table_name=t, expectation=e, column_name=c,
+             severity=sev, success=not (run == 0 or c == "subscription_type"), rows=1000,
+             unexpected_count=0 if (run == 1 and c != "subscription_type") else 7, detail=f"run {run}")
+        for run in (0, 1) for t, e, c, sev in checks
+    ])
     return dict(s1=s1, t1=t1, b1=b1, cursors=cursors)
 
 
@@ -245,6 +255,12 @@ def test_report_numbers_sections_and_charts(spark, settings, seeded_day, tmp_pat
     assert "orders-app-1" in producers and "3%" in producers and "orders-app-2" not in producers
     quarantine = page.joined("quarantine")
     assert "duplicate | 2" in quarantine and "negative-counter | 1" in quarantine
+    quality = page.joined("quality")
+    assert "3 | expectations checked" in quality and "0 | critical failed" in quality
+    assert "1 | warnings failed" in quality and "2026-11-22 01:00 | run at (UTC)" in quality
+    assert "expect_column_values_to_be_in_set | subscription_type | warning | 1,000 | 7 | run 1" in quality
+    assert "run 0" not in quality
+    assert "1 | failed expectations" in page.joined("headline")
 
     check_in_chromium(path, tmp_path, charts=5)
 
@@ -293,4 +309,5 @@ def test_report_on_empty_tables_says_no_data(spark, settings):
     for section in ("dispatch", "cursors", "alerts", "producers"):
         assert re.search(r"No (\w+ )?(data|hole-risk alerts) for 2026-11-21", page.joined(section)), section
     assert "Nothing was quarantined on 2026-11-21." in page.joined("quarantine")
+    assert "No data-quality results for 2026-11-21" in page.joined("quality")
     assert "no data" in page.joined("headline")

@@ -724,13 +724,77 @@ def quarantine_section(day: date, settings: Settings, headline: list[Number]) ->
     return section
 
 
+def quality_section(day: date, settings: Settings, headline: list[Number]) -> Section:
+    section = Section(
+        "quality",
+        "Data-quality results",
+        "Great Expectations suites run by `brokerlens validate` on the day's partitions (the latest "
+        "run of the day; every run is kept in validation_results). A failed critical expectation "
+        "stops the pipeline; a failed warning is reported.",
+    )
+    results = _day_rows("validation_results", day)
+    last_run = results.agg(F.max("run_at")).first()[0]
+    if last_run is None:
+        section.empty = f"No data-quality results for {day}: `brokerlens validate` has not run for this day."
+        headline.append(Number("failed expectations", "no data"))
+        return section
+    latest = results.where(F.col("run_at") == F.lit(last_run))
+    s = latest.agg(
+        F.count(F.lit(1)).alias("expectations"),
+        F.countDistinct("table_name").alias("tables"),
+        F.sum(F.when(~F.col("success") & (F.col("severity") == "critical"), 1).otherwise(0)).alias("critical"),
+        F.sum(F.when(~F.col("success") & (F.col("severity") != "critical"), 1).otherwise(0)).alias("warning"),
+        F.date_format(F.max("run_at"), "yyyy-MM-dd HH:mm").alias("run_at"),
+    ).first()
+    failed = s["critical"] + s["warning"]
+    section.numbers = [
+        Number("expectations checked", _fmt(s["expectations"])),
+        Number("tables validated", _fmt(s["tables"])),
+        Number("critical failed", _fmt(s["critical"]), "bad" if s["critical"] else "good"),
+        Number("warnings failed", _fmt(s["warning"]), "bad" if s["warning"] else ""),
+        Number("run at (UTC)", s["run_at"]),
+    ]
+    headline.append(Number("failed expectations", _fmt(failed), "bad" if failed else "good"))
+    rows, more = _limited(
+        latest.where(~F.col("success")).orderBy(
+            F.when(F.col("severity") == "critical", 0).otherwise(1), "table_name", "expectation", "column_name"
+        ),
+        settings.report.max_rows,
+    )
+    section.tables.append(
+        Table(
+            ["table", "expectation", "column", "severity", "rows", "unexpected", "detail"],
+            [[r["table_name"], r["expectation"], r["column_name"] or "—", r["severity"], _fmt(r["rows"]),
+              _fmt(r["unexpected_count"]), r["detail"] or "—"] for r in rows],
+            numeric={4, 5},
+            prose={6},
+            caption="Failed expectations, critical first.",
+            more=more,
+        )
+        if rows
+        else Table(["result"], [[f"All {s['expectations']:,} expectations on {s['tables']:,} tables held."]])
+    )
+    per_table = latest.groupBy("table_name").agg(
+        F.count(F.lit(1)).alias("expectations"),
+        F.sum(F.when(F.col("success"), 0).otherwise(1)).alias("failed"),
+        F.max("rows").alias("rows"),
+    ).orderBy(F.desc("failed"), "table_name")
+    tables, more = _limited(per_table, settings.report.max_rows)
+    section.tables.append(
+        Table(["table", "expectations", "failed", "rows"],
+              [[t["table_name"], _fmt(t["expectations"]), _fmt(t["failed"]), _fmt(t["rows"])] for t in tables],
+              numeric={1, 2, 3}, caption="Per table.", more=more)
+    )
+    return section
+
+
 # ----------------------------------------------------------------------------- the page
 
-SECTIONS = (dispatch_section, cursor_section, alert_section, producer_section, quarantine_section)
+SECTIONS = (dispatch_section, cursor_section, alert_section, producer_section, quarantine_section, quality_section)
 # The tables the report reads, listed with their Delta versions at the foot of the page.
 SOURCE_TABLES = (
     "dispatch_daily", "dispatch_periods", "cursor_ranges", "hole_alerts", "alert_notifications",
-    "producer_lint", "producer_health", "quarantine",
+    "producer_lint", "producer_health", "quarantine", "validation_results",
 )
 
 
