@@ -1,0 +1,172 @@
+"""`brokerlens land` on real-format fixtures: bronze rows, quarantine reasons, idempotence."""
+
+from __future__ import annotations
+
+import json
+from datetime import date
+
+from brokerlens.land import dispatch, land_day, land_kind
+from brokerlens.tables import read_table
+from landing_helpers import FIXTURES, install_fixtures, rows
+
+DAY = date(2026, 11, 21)
+BRONZE = ["bronze_topic_stats", "bronze_internal_stats", "bronze_dispatch", "bronze_producer_stats", "bronze_policies", "bronze_metrics"]
+
+# Every deliberately bad record of the fixtures: (kind, file, line) -> reason.
+EXPECTED_QUARANTINE = {
+    ("dispatch", "dispatch/late.jsonl", 1): "malformed-json",
+    ("dispatch", "dispatch/late.jsonl", 2): "missing-field",
+    ("dispatch", "dispatch/late.jsonl", 3): "wrong-type",
+    ("dispatch", "dispatch/late.jsonl", 4): "negative-counter",
+    ("dispatch", "dispatch/late.jsonl", 5): "outside-day",
+    ("dispatch", "dispatch/late.jsonl", 6): "unknown-enum",
+    ("dispatch", "dispatch/late.jsonl", 8): "duplicate",
+    ("internal-stats", "internal-stats/bad-cursors.json", None): ["missing-field", "wrong-type"],
+    ("metrics", "metrics/broker-1.prom", 12): "negative-counter",
+    ("metrics", "metrics/broker-1.prom", 13): "wrong-type",
+    ("metrics", "metrics/broker-1.prom", 14): "malformed-line",
+    ("metrics", "metrics/broker-1.prom", 15): "unknown-enum",
+    ("metrics", "metrics/broker-1.prom", 16): "duplicate",
+    ("metrics", "metrics/broker-1.prom", 17): "outside-day",
+    ("metrics", "metrics/headerless.prom", None): "missing-field",
+    ("policies", "policies/policies.jsonl", 5): "unknown-enum",
+    ("policies", "policies/policies.jsonl", 6): "wrong-type",
+    ("policies", "policies/policies.jsonl", 7): "outside-day",
+    ("policies", "policies/policies.jsonl", 8): "missing-field",
+    ("producer-stats", "producer-stats/orders-app.jsonl", 3): "unknown-enum",
+    ("producer-stats", "producer-stats/orders-app.jsonl", 4): "missing-field",
+    ("producer-stats", "producer-stats/orders-app.jsonl", 5): "negative-counter",
+    ("topic-stats", "topic-stats/bad-malformed.json", None): "malformed-json",
+    ("topic-stats", "topic-stats/bad-missing.json", None): "missing-field",
+    ("topic-stats", "topic-stats/bad-outside.json", None): "outside-day",
+    ("topic-stats", "topic-stats/bad-subs.json", None): ["negative-counter", "unknown-enum"],
+    ("topic-stats", "topic-stats/bad-wrongtype.json", None): "wrong-type",
+    ("topic-stats", "topic-stats/binary.json", None): "unreadable-file",
+    # payments.retry.json holds an exact copy of payments.json's first envelope.
+    ("topic-stats", "topic-stats/payments.retry.json", None): "duplicate",
+}
+
+
+def test_land_fixture_day(spark, settings):
+    """One landing of the fixture day (landing is the slow part), every assertion on it."""
+    install_fixtures(settings, "2026-11-21")
+    landed = land_day(DAY, settings)
+    check_quarantine_reasons_for_every_bad_record(landed)
+    check_dispatch_rows_keep_real_line_numbers()
+    check_stats_rows_per_partition_and_subscription()
+    check_internal_stats_seed_004_cursor()
+    check_policies_producers_and_metrics()
+    check_landing_twice_gives_identical_tables(settings)
+
+
+def check_quarantine_reasons_for_every_bad_record(landed):
+    got: dict = {}
+    for r in read_table("quarantine").collect():
+        assert (r["day"], r["stage"]) == (DAY, "land")
+        key = (r["kind"], r["source_file"].removeprefix("2026-11-21/"), r["line"])
+        got.setdefault(key, []).append(r["reason"])
+    expected = {k: sorted(v if isinstance(v, list) else [v]) for k, v in EXPECTED_QUARANTINE.items()}
+    assert {k: sorted(v) for k, v in got.items()} == expected
+    # The run summary counts per kind and reason.
+    assert landed.metrics["quarantined"] == sum(len(v) for v in expected.values())
+    assert "quarantined dispatch: malformed-json 1" in landed.lines
+    assert "quarantined topic-stats: unreadable-file 1" in landed.lines
+
+
+def check_dispatch_rows_keep_real_line_numbers():
+    lines = (FIXTURES / "2026-11-21/dispatch/broker-1.jsonl").read_text().splitlines()
+    got = rows(read_table("bronze_dispatch"), "source_file", "line")
+    assert [(r["source_file"], r["line"]) for r in got] == [
+        ("2026-11-21/dispatch/broker-1.jsonl", i + 1) for i in range(len(lines))
+    ]
+    for r, text in zip(got, lines):
+        record = json.loads(text)
+        assert (r["level"], r["msgs"], r["bytes"], r["entries"], r["redelivered_msgs"]) == (
+            record["level"], record["msgs"], record["bytes"], record["entries"], record["redelivered_msgs"]
+        )
+        assert r["topic"] == record.get("topic") and r["subscription"] == record.get("subscription")
+
+
+def check_stats_rows_per_partition_and_subscription():
+    stats = rows(read_table("bronze_topic_stats"), "topic", "collected_at", "subscription")
+    orders = [r for r in stats if r["partitioned_topic"] == "persistent://acme/ns1/orders"]
+    # Three partitioned snapshots of two partitions with one subscription each.
+    assert len(orders) == 6
+    for r in orders:
+        envelope = json.loads((FIXTURES / r["source_file"]).read_text())
+        part = envelope["stats"]["partitions"][r["topic"]]
+        sub = part["subscriptions"]["s1"]
+        assert (r["subscription_type"], r["msg_out_counter"], r["topic_msg_out_counter"]) == (
+            sub["type"], sub["msgOutCounter"], part["msgOutCounter"]
+        )
+        assert r["non_contiguous_deleted_messages_ranges_serialized_size"] == sub["nonContiguousDeletedMessagesRangesSerializedSize"]
+        assert r["consumers"] == len(sub["consumers"]) and r["publishers"] == len(part["publishers"])
+        assert json.loads(r["subscription_json"])["msgBacklog"] == sub["msgBacklog"]
+    payments = [r for r in stats if r["topic"] == "persistent://acme/ns1/payments"]
+    assert [r["msg_out_counter"] for r in payments] == [300, 420]  # the copy landed once
+    idle = [r for r in stats if r["topic"].endswith("/idle")]
+    assert len(idle) == 1 and idle[0]["subscription"] is None
+
+
+def check_internal_stats_seed_004_cursor():
+    cursor = [
+        r for r in rows(read_table("bronze_internal_stats"), "topic")
+        if r["topic"] == "persistent://acme/ns1/orders-partition-0"
+    ]
+    assert len(cursor) == 1
+    c = cursor[0]
+    assert (c["cursor"], c["mark_delete_position"], c["individually_deleted_messages"]) == (
+        "s1", "1:2", "[(1:4..1:6], (1:7..1:8]]"
+    )
+    assert c["total_non_contiguous_deleted_messages_range"] == 2
+    assert c["ledger_entries"] == {1: 10, 2: 0} and c["current_ledger_id"] == 2 and c["current_ledger_entries"] == 7
+
+
+def check_policies_producers_and_metrics():
+    policies = {r["line"]: r for r in rows(read_table("bronze_policies"), "line")}
+    assert set(policies) == {1, 2, 3, 4}
+    assert policies[2]["dispatch_throttling_rate_in_msg"] == 5 and policies[2]["rate_period_in_second"] == 2
+    assert policies[3]["removed"] and policies[3]["namespace"] == "acme/ns1"
+    assert policies[4]["broker_config"] == {
+        "dispatchThrottlingRatePerSubscriptionInMsg": "40", "dispatchThrottlingOnBatchMessageEnabled": "true"
+    }
+    producers = rows(read_table("bronze_producer_stats"), "line")
+    assert [p["num_msgs_sent"] for p in producers] == [12000, 11000]
+    assert producers[0]["partition_send_msgs_rate"] == {
+        "persistent://acme/ns1/orders-partition-0": 120.0, "persistent://acme/ns1/orders-partition-1": 80.0
+    }
+    assert producers[0]["config"]["compressionType"] == "LZ4"
+    metrics = {r["line"]: r for r in rows(read_table("bronze_metrics"), "line")}
+    assert set(metrics) == {4, 5, 7, 9, 10, 11}
+    assert metrics[4]["metric_type"] == "counter" and metrics[4]["value"] == 1000.0
+    assert metrics[4]["sample_timestamp"].isoformat().startswith("2026-11-21T10:00:00")
+    assert metrics[9]["metric_type"] == "histogram" and metrics[9]["labels"]["le"] == "+Inf"
+    assert metrics[11]["labels"]["note"] == 'a "quoted" value, with comma' and metrics[11]["value"] == 1.5e7
+    assert metrics[7]["labels"]["subscription"] == "s1"
+
+
+def check_landing_twice_gives_identical_tables(settings):
+    before = {t: rows(read_table(t), *read_table(t).columns) for t in [*BRONZE, "quarantine"]}
+    land_day(DAY, settings)
+    after = {t: rows(read_table(t), *read_table(t).columns) for t in [*BRONZE, "quarantine"]}
+    assert before == after
+
+
+def test_line_numbers_across_file_blocks(spark, settings):
+    """A file split into many Spark blocks still gets its real line numbers."""
+    folder = settings.landing / "2026-11-21" / "dispatch"
+    folder.mkdir(parents=True)
+    record = {"period_start": "2026-11-21T10:00:00Z", "period_seconds": 1, "level": "broker", "cluster": "c1",
+              "broker": "b:8080", "msgs": 1, "bytes": 1}
+    lines = [json.dumps(record | {"period_start": f"2026-11-21T10:{i // 60:02d}:{i % 60:02d}Z", "msgs": i}) for i in range(3000)]
+    lines[1499] = "{broken"
+    (folder / "big.jsonl").write_text("\n".join(lines) + "\n")
+    spark.conf.set("spark.sql.files.maxPartitionBytes", "16384")
+    try:
+        good, bad, parsed = land_kind(dispatch, DAY, settings)
+        assert [(r["line"], r["reason"]) for r in bad.collect()] == [(1500, "malformed-json")]
+        got = good.select("line", "msgs").collect()
+        parsed.unpersist()
+    finally:
+        spark.conf.unset("spark.sql.files.maxPartitionBytes")
+    assert sorted((r["line"], r["msgs"]) for r in got) == [(i + 1, i) for i in range(3000) if i != 1499]
