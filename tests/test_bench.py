@@ -146,7 +146,9 @@ def test_duckdb_reference_agrees_with_dispatch_periods(spark, tiny_input, tmp_pa
 
 def test_results_file_shape(spark, tmp_path):
     out = tmp_path / "bench" / "results.json"
-    results = bench.run(out, sizes=(1,), days_partitions=1, land_scales=(), periods=300, spark=spark)
+    results = bench.run(
+        out, sizes=(1,), days_partitions=1, land_scales=(), periods=300, variant_sizes=(1,), spark=spark
+    )
     assert json.loads(out.read_text()) == results
     assert results["complete"] is True
     assert results["environment"]["cores"] == spark.sparkContext.defaultParallelism
@@ -154,18 +156,23 @@ def test_results_file_shape(spark, tmp_path):
     assert [s["partitions"] for s in sizes] == [1]
     for size in sizes:
         stages = size["stages"]
-        assert set(stages) == {"plain_pass", "dispatch_periods", "duckdb"}
+        assert set(stages) == {"plain_pass", "dispatch_periods", "duckdb", *bench.VARIANTS}
         for stage in stages.values():
             assert stage["rows"] == size["input_rows"]
             assert stage["seconds"] > 0
-            rate = stage["rows"] / stage["seconds"] / results["environment"]["cores"]
-            assert stage["rows_per_second_per_core"] == pytest.approx(rate, rel=0.01, abs=2)  # seconds are rounded
+            assert stage["rows_per_second_per_core"] == round(
+                stage["rows"] / stage["seconds"] / results["environment"]["cores"]
+            )
             assert stage["jvm_rss_mb"] > 0 and stage["python_driver_rss_mb"] > 0
             assert stage["jvm_heap_peak_mb"] >= stage["jvm_old_gen_peak_mb"] > 0
         ratios = size["ratios"]
         assert ratios["dispatch_periods/duckdb"] == round(
             stages["dispatch_periods"]["seconds"] / stages["duckdb"]["seconds"], 2
         )
+        for name in bench.VARIANTS:
+            assert ratios[f"{name}/dispatch_periods"] == round(
+                stages[name]["seconds"] / stages["dispatch_periods"]["seconds"], 2
+            )
         assert size["dispatch_plan"]["python_udf_operators"] == 0
         assert size["dispatch_plan"]["shuffle_exchanges"] >= 1
     days = results["days"]

@@ -534,11 +534,11 @@ class Bench:
         load = os.getloadavg()[0]
         started = time.perf_counter()
         produced = fn()
-        seconds = time.perf_counter() - started
+        seconds = max(0.01, round(time.perf_counter() - started, 2))  # the file is self-consistent
         rows = rows if rows is not None else produced
         return {
             "rows": rows,
-            "seconds": round(seconds, 2),
+            "seconds": seconds,
             "rows_per_second_per_core": round(rows / seconds / self.cores),
             **self.sampler.snapshot(),
             **_heap_peak_mb(self.spark),
@@ -553,6 +553,26 @@ def ratio(a: dict, b: dict) -> float:
     return round(a["seconds"] / b["seconds"], 2)
 
 
+# Candidate settings for dispatch_periods, measured on the same input (suggestions for
+# spark.py's SQL_CONF). WindowExec buffers each scope's rows of the day before it evaluates the
+# frames; past 4,096 rows (Spark's default) it moves them to a spillable external array, and a
+# scope has up to 86,400 one-second periods a day.
+VARIANTS: dict[str, dict[str, str]] = {
+    "dispatch_periods[window_buffer_1M]": {"spark.sql.windowExec.buffer.in.memory.threshold": "1048576"},
+}
+
+
+def with_conf(spark, conf: dict[str, str], fn: Callable[[], int]) -> int:
+    before = {k: spark.conf.get(k, None) for k in conf}
+    for k, v in conf.items():
+        spark.conf.set(k, v)
+    try:
+        return fn()
+    finally:
+        for k, v in before.items():
+            spark.conf.unset(k) if v is None else spark.conf.set(k, v)
+
+
 def bench_sizes(
     bench: Bench,
     work: Path,
@@ -560,8 +580,10 @@ def bench_sizes(
     day: date,
     periods: int = PERIODS_PER_DAY,
     done: Callable[[dict], None] = lambda entry: None,
+    variant_sizes: tuple[int, ...] = (),
 ) -> list[dict]:
-    """Each size in turn; ``done`` gets each size's entry as soon as it is measured."""
+    """Each size in turn; ``done`` gets each size's entry as soon as it is measured. The
+    ``VARIANTS`` of dispatch_periods run at ``variant_sizes``."""
     spark, out = bench.spark, []
     opening = opening_debt_file(work, day)
     warm = None
@@ -582,6 +604,11 @@ def bench_sizes(
             "dispatch_periods": bench.measure(lambda: spark_dispatch(spark, inputs, opening, work / "out-dispatch")),
             "duckdb": bench.measure(lambda: duckdb_dispatch(inputs, opening, work / "out-duckdb.parquet", bench.cores)),
         }
+        if partitions in variant_sizes:
+            for name, conf in VARIANTS.items():
+                stages[name] = bench.measure(
+                    lambda: with_conf(spark, conf, lambda: spark_dispatch(spark, inputs, opening, work / "out-variant"))
+                )
         plan, _ = dispatch_plan(spark, inputs, opening)
         entry = {
             "partitions": partitions,
@@ -593,7 +620,10 @@ def bench_sizes(
             "ratios": {
                 "dispatch_periods/plain_pass": ratio(stages["dispatch_periods"], stages["plain_pass"]),
                 "dispatch_periods/duckdb": ratio(stages["dispatch_periods"], stages["duckdb"]),
+                **{f"{name}/dispatch_periods": ratio(stages[name], stages["dispatch_periods"])
+                   for name in VARIANTS if name in stages},
             },
+            "variant_conf": {name: VARIANTS[name] for name in VARIANTS if name in stages},
             "dispatch_plan": plan,
         }
         log.info("size %s: %s", partitions, json.dumps({k: v["seconds"] for k, v in stages.items()}))
@@ -713,6 +743,7 @@ def run(
     day: date = date(2026, 11, 20),
     periods: int = PERIODS_PER_DAY,
     command: str = "brokerlens.bench.run",
+    variant_sizes: tuple[int, ...] = (),
     spark=None,
 ) -> dict:
     """The whole benchmark; writes the results to ``out`` (JSON) and returns them."""
@@ -744,7 +775,10 @@ def run(
             "complete": False,
             "sizes": [],
         }
-        bench_sizes(bench, work, sizes, day, periods, done=lambda entry: save(results["sizes"].append(entry)))
+        bench_sizes(
+            bench, work, sizes, day, periods,
+            done=lambda entry: save(results["sizes"].append(entry)), variant_sizes=variant_sizes,
+        )
         # The consecutive days and the landing use other stages: a failure there is recorded
         # in the results (and logged) rather than losing the measurements above.
         if days_partitions:
@@ -790,7 +824,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="topic partitions per size, comma-separated (scopes = 4 x partitions + brokers)")
     parser.add_argument("--days-partitions", type=int, default=DEFAULT_SIZES[1],
                         help="size of the 3 consecutive days built through the table layer (0: skip)")
-    parser.add_argument("--land-scales", default="1", help="demo-data scales for the landing stage ('' to skip)")
+    parser.add_argument("--land-scales", default="0.25,1", help="demo-data scales for the landing stage ('' to skip)")
+    parser.add_argument("--variant-sizes", default=str(DEFAULT_SIZES[1]),
+                        help="sizes (partitions) at which the dispatch_periods setting variants also run ('' to skip)")
     parser.add_argument("--latest", type=Path, default=None, help="also copy the results here (e.g. infra/bench/latest.json)")
     args = parser.parse_args(argv)
     logs.configure(0)
@@ -801,6 +837,7 @@ def main(argv: list[str] | None = None) -> int:
         out,
         sizes=tuple(int(s) for s in args.sizes.split(",") if s),
         days_partitions=args.days_partitions or None,
+        variant_sizes=tuple(int(s) for s in args.variant_sizes.split(",") if s),
         land_scales=tuple(float(s) for s in args.land_scales.split(",") if s),
         command=" ".join(["python -m brokerlens.bench", *(argv if argv is not None else sys.argv[1:])]),
     )
