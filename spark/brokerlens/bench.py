@@ -812,6 +812,19 @@ def markdown(results: dict) -> str:
             f"{size['ratios']['dispatch_periods/plain_pass']}× | {size['ratios']['dispatch_periods/duckdb']}× | "
             f"{d['rows_per_second_per_core']:,} | {d['jvm_rss_mb']:.0f} | {d['jvm_old_gen_peak_mb']:.0f} | {d['python_workers_rss_mb']:.0f} |"
         )
+    if isinstance(results.get("days"), dict) and "days" in results["days"]:
+        days = results["days"]
+        lines += [
+            "",
+            f"Consecutive days through the table layer ({days['days'][0]['rows']:,} records a day): "
+            + ", ".join(f"{d['day']} {d['seconds']} s" for d in days["days"])
+            + f" (last / first {days['last_over_first']}×).",
+        ]
+    for entry in results.get("landing", []) if isinstance(results.get("landing"), list) else []:
+        lines.append(
+            f"Landing at demo scale {entry['scale']:g} ({entry['landing_files_mb']} MB of landing files): "
+            f"{entry['seconds']} s, {entry['rows']:,} bronze rows."
+        )
     return "\n".join(lines)
 
 
