@@ -6,11 +6,10 @@ and subscription scopes), on the same Parquet input:
 * ``plain_pass``: read, repartition by scope, sort by period within partitions, write
   Parquet. The floor for any computation that needs each scope's periods in order.
 * ``dispatch_periods``: the gold computation (``brokerlens.dispatch.dispatch_periods``).
-* ``duckdb``: the same over-delivery and debt computation in DuckDB SQL (dense period grid,
-  running sum and running minimum: Lindley's recursion), same cores, output also to Parquet.
-* ``prototype_single_shuffle``: PROTOTYPE of a one-shuffle debt computation (records only
-  through the window, gap periods generated afterwards), measured here so it can move into
-  ``dispatch.py``.
+* ``duckdb``: the same over-delivery and debt computation in DuckDB SQL (one row per record,
+  empty periods drained through the integrated quota, running sum and running minimum:
+  Lindley's recursion), same cores, output also to Parquet.
+* at the ``variant_sizes``: dispatch_periods again under candidate Spark settings (``VARIANTS``).
 
 Then three consecutive days through the real table layer (is day N+1 slower as history
 accumulates?) and the landing stage on demo data. Results: ``var/bench/results.json``.
