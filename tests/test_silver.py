@@ -1,0 +1,117 @@
+"""Silver tables from landed fixtures: dispatch intervals (with a counter reset), cursor
+snapshots (seed 004), producer snapshots, rate limits (precedence, a limit in force since the
+day before, a removal and mid-day changes), and a rebuild that changes nothing."""
+
+from __future__ import annotations
+
+import json
+from datetime import date, datetime, timezone
+
+from brokerlens.land import land_day
+from brokerlens.silver import build_silver
+from brokerlens.tables import read_table
+from landing_helpers import FIXTURES, install_fixtures, rows
+
+DAY = date(2026, 11, 21)
+SILVER = ["dispatch_intervals", "cursor_snapshots", "producer_snapshots", "rate_limits"]
+P0 = "persistent://acme/ns1/orders-partition-0"
+P1 = "persistent://acme/ns1/orders-partition-1"
+
+
+def at(hour: int, minute: int = 0, day: int = 21) -> datetime:
+    return datetime(2026, 11, day, hour, minute)
+
+
+def expected_counter_deltas(topic: str) -> list[tuple[datetime, int, bool]]:
+    """(interval start, messages, reset) from the fixture files, computed here directly."""
+    snaps = []
+    for path in sorted((FIXTURES / "2026-11-21/topic-stats").glob("orders-*.json")):
+        doc = json.loads(path.read_text())
+        taken = datetime.fromisoformat(doc["collected_at"].replace("Z", ""))
+        snaps.append((taken, doc["stats"]["partitions"][topic]["subscriptions"]["s1"]["msgOutCounter"]))
+    snaps.sort()
+    out = []
+    for (t0, c0), (_, c1) in zip(snaps, snaps[1:]):
+        out.append((t0, c1 if c1 < c0 else c1 - c0, c1 < c0))
+    return out
+
+
+def test_silver_tables(spark, settings):
+    install_fixtures(settings, "2026-11-20", "2026-11-21")
+    land_day(date(2026, 11, 20), settings)
+    land_day(DAY, settings)
+    build_silver(DAY, settings)
+
+    intervals = rows(read_table("dispatch_intervals"), "level", "topic", "subscription", "interval_start")
+    # Partition 0 has dispatch records: period grain only, exactly the landed records.
+    dispatched = [json.loads(x) for x in (FIXTURES / "2026-11-21/dispatch/broker-1.jsonl").read_text().splitlines()]
+    p0_subs = [r for r in intervals if r["topic"] == P0 and r["level"] == "subscription"]
+    assert [(r["grain"], r["msgs"], r["entries"], r["redelivered_msgs"]) for r in p0_subs] == [
+        ("period", d["msgs"], d["entries"], d["redelivered_msgs"]) for d in dispatched if d["level"] == "subscription"
+    ]
+    # Partition 1 only has counters: scrape grain, with the reload between 10:05 and 10:10.
+    p1_subs = [r for r in intervals if r["topic"] == P1 and r["level"] == "subscription"]
+    assert [(r["interval_start"], r["msgs"], r["counter_reset"]) for r in p1_subs] == expected_counter_deltas(P1)
+    assert any(r["counter_reset"] for r in p1_subs)
+    assert all(r["grain"] == "scrape" and r["interval_seconds"] == 300.0 and r["entries"] is None for r in p1_subs)
+    brokers = [r for r in intervals if r["level"] == "broker"]
+    assert [(r["msgs"], r["topic"]) for r in brokers] == [(d["msgs"], None) for d in dispatched if d["level"] == "broker"]
+
+    cursors = rows(read_table("cursor_snapshots"), "topic", "subscription", "snapshot_at")
+    seed = [c for c in cursors if c["topic"] == P0 and c["ranges_source"] == "internal-stats"]
+    assert len(seed) == 1
+    c = seed[0]
+    assert (c["mark_delete_position"], c["individually_deleted_messages"], c["ranges_reported"]) == (
+        "1:2", "[(1:4..1:6], (1:7..1:8]]", 2
+    )
+    # Paired with the topic stats taken 2 s earlier; the current ledger counted by currentLedgerEntries.
+    assert (c["subscription_type"], c["serialized_size_reported"], c["namespace"]) == ("Shared", 36, "acme/ns1")
+    assert c["ledger_entries"] == {1: 10, 2: 7}
+    assert c["snapshot_at"] == at(10, 0).replace(second=2)
+    # Topic stats without internal stats stay, with the topic-stats range count.
+    payments = [x for x in cursors if x["subscription"] == "audit"]
+    assert [(x["ranges_reported"], x["ranges_source"], x["msg_delayed"]) for x in payments] == [
+        (7, "topic-stats", 4), (9, "topic-stats", 6)
+    ]
+    assert len([x for x in cursors if x["topic"] == P0]) == 3  # 10:00 paired, 10:05 and 10:10 alone
+
+    producers = rows(read_table("producer_snapshots"), "snapshot_at")
+    assert [p["num_msgs_sent"] for p in producers] == [12000, 11000]
+    p = producers[0]
+    assert (p["topic"], p["partitions"], p["batching_max_messages"], p["memory_limit_bytes"]) == (
+        "persistent://acme/ns1/orders", 2, 1000, 67108864
+    )
+    assert (p["num_batches_sent"], p["send_failed_queue_full"], p["compression_type"]) == (130, 3, "LZ4")
+
+    limits = rows(read_table("rate_limits"), "level", "topic", "valid_from")
+    def timeline(level, topic=None):
+        return [
+            (r["valid_from"], r["valid_to"], r["msg_limit"], r["byte_limit"], r["period_seconds"], r["count_entries"], r["msg_source"])
+            for r in limits if r["level"] == level and r["topic"] == topic
+        ]
+    end = at(0, day=22)
+    # Topic level: namespace policy 10 msg/s, then the topic policy (5 msg, 2048 B per 2 s) from
+    # noon; the broker's batch counting switches on at 18:00. Same for every partition.
+    for topic in (P0, P1):
+        assert timeline("topic", topic) == [
+            (at(0), at(12), 10, None, 1, False, "namespace-policy"),
+            (at(12), at(18), 5, 2048, 2, False, "topic-policy"),
+            (at(18), end, 5, 2048, 2, True, "topic-policy"),
+        ]
+        # Subscription level: the topic policy of the day before holds until it is removed at
+        # 06:00, then the broker default (20), then the dynamic config (40) from 18:00.
+        assert timeline("subscription", topic) == [
+            (at(0), at(6), 7, None, 1, False, "topic-policy"),
+            (at(6), at(18), 20, None, 1, False, "broker-config"),
+            (at(18), end, 40, None, 1, True, "broker-config"),
+        ]
+    broker = [r for r in limits if r["level"] == "broker"]
+    # dispatchThrottlingRateInByte = 0 is unlimited (null).
+    assert [(r["broker"], r["msg_limit"], r["byte_limit"]) for r in broker] == [
+        ("broker-1:8080", 100, None), ("broker-1:8080", 100, None)
+    ]
+
+    before = {t: rows(read_table(t), *read_table(t).columns) for t in SILVER}
+    land_day(DAY, settings)
+    build_silver(DAY, settings)
+    assert {t: rows(read_table(t), *read_table(t).columns) for t in SILVER} == before
