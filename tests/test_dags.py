@@ -138,9 +138,9 @@ def test_each_step_declares_the_tables_it_writes_as_assets(dags):
     outlets = {stage: {a["name"] for a in t["outlets"]} for stage, t in tasks.items()}
     named = lambda tables: {f"brokerlens.{t}" for t in tables}  # noqa: E731
     assert outlets["land"] == named(layers["bronze"])
-    assert outlets["validate"] == set()
+    assert outlets["validate"] == named({"validation_results"})
     built = set().union(*(layers.get(layer, set()) for layer in ("silver", "gold", "state")))
-    assert outlets["build"] == named(built - {"alert_notifications"})
+    assert outlets["build"] == named(built - {"alert_notifications", "validation_results"})
     # alert records what it sent and marks the day's alerts as notified.
     assert outlets["alert"] == named({"alert_notifications", "hole_alerts"})
     assert outlets["report"] == {"brokerlens.daily_report"}

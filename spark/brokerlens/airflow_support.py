@@ -40,9 +40,14 @@ STAGE_FAILED_EXIT = 1
 SPARK_CONN_ID = "spark_default"
 
 # Which stages write a table follows from its layer in schemas/tables/*.yaml; the exceptions
-# are named here (alert records what it sent, and marks the day's hole_alerts as notified).
+# are named here (validate keeps its results; alert records what it sent and marks the day's
+# hole_alerts as notified).
 _LAYER_STAGES = {"bronze": ("land",), "silver": ("build",), "gold": ("build",), "state": ("build",)}
-_TABLE_STAGES = {"alert_notifications": ("alert",), "hole_alerts": ("build", "alert")}
+_TABLE_STAGES = {
+    "validation_results": ("validate",),
+    "alert_notifications": ("alert",),
+    "hole_alerts": ("build", "alert"),
+}
 REPORT_ASSET = Asset(name="brokerlens.daily_report", uri="x-brokerlens://reports/daily_report")
 
 
