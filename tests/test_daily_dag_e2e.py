@@ -10,7 +10,9 @@ and mails the failure notification.
 
 from __future__ import annotations
 
+import json
 import re
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -163,11 +165,33 @@ def test_a_failing_step_stops_the_later_ones_and_mails_the_failure(airflow_home,
     text = body_text(mail)
     assert "step: validate" in text and f"day: {day.isoformat()}" in text
     assert "Not run: alert, build, report." in text
-    # Nothing downstream ran: no gold table, no report.
-    assert not (home / "lake" / "cursor_ranges").exists()
-    assert not list((home / "reports").rglob("*.html")) if (home / "reports").exists() else True
+    # The mail says what failed: the CLI's summary, with the count of offending rows.
+    policies = table_snapshot(home / "lake", "bronze_policies", day)[1]
+    offending = sum(p["kind"] != "broker-config" for p in policies)
+    assert 0 < offending < len(policies)
+    assert (f"bronze_policies: expect_column_values_to_be_in_set(kind) failed on {offending} of "
+            f"{len(policies)} rows") in text
+    # Nothing downstream ran: no silver or gold table, no report.
+    assert not (home / "lake" / "rate_limits").exists() and not (home / "lake" / "hole_alerts").exists()
+    assert not list(home.rglob("*.html"))
 
 
 def break_validation(env: dict, home: Path, day: date) -> None:
-    """A landing day that lands but fails a critical expectation."""
-    raise NotImplementedError
+    """A day that lands cleanly but fails a critical expectation: a stricter suite that expects
+    only broker configuration among the policies, on a demo day that has namespace policies.
+    Only the policies are kept, so that land is quick."""
+    run_cli(env, "demo-data", "--date", day.isoformat(), "--scale", "0.01")
+    for kind in (home / "landing" / day.isoformat()).iterdir():
+        if kind.is_dir() and kind.name != "policies":
+            shutil.rmtree(kind)
+    suites = home.parent / "expectations"
+    shutil.copytree(REPO / "expectations", suites)
+    path = suites / "bronze_policies.json"
+    suite = json.loads(path.read_text())
+    suite["expectations"].append({
+        "type": "expect_column_values_to_be_in_set",
+        "kwargs": {"column": "kind", "value_set": ["broker-config"]},
+        "meta": {"severity": "critical"},
+    })
+    path.write_text(json.dumps(suite))
+    env["BROKERLENS_EXPECTATIONS_DIR"] = str(suites)
