@@ -93,7 +93,7 @@ up() {
     AIRFLOW__CORE__PARALLELISM="${AIRFLOW__CORE__PARALLELISM:-4}" \
       setsid airflow standalone >"$STATE/airflow.log" 2>&1 </dev/null &
     echo $! >"$STATE/airflow.pid"
-    wait_for 180 "Airflow" curl -fsS "http://127.0.0.1:$AIRFLOW_PORT/api/v2/monitor/health"
+    wait_for 300 "Airflow" curl -fsS "http://127.0.0.1:$AIRFLOW_PORT/api/v2/monitor/health"
   fi
   echo "stack: Airflow UI on http://127.0.0.1:$AIRFLOW_PORT (user admin; password in $AIRFLOW_HOME/simple_auth_manager_passwords.json.generated)"
   echo "stack: DAGs from $REPO/dags (paused at creation: unpause brokerlens_daily to start catch-up from \$BROKERLENS_START_DATE); logs in $STATE/"
