@@ -111,7 +111,7 @@ def test_silver_tables(spark, settings):
         ("broker-1:8080", 100, None), ("broker-1:8080", 100, None)
     ]
 
+    # Rebuilding the day changes nothing (re-landing is covered by test_land).
     before = {t: rows(read_table(t), *read_table(t).columns) for t in SILVER}
-    land_day(DAY, settings)
     build_silver(DAY, settings)
     assert {t: rows(read_table(t), *read_table(t).columns) for t in SILVER} == before
