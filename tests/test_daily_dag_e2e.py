@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from airflow_harness import REPO, SmtpSink, airflow, airflow_env, body_text
+from test_collect import TOKEN, admin, fixture  # noqa: F401 (admin: the replaying admin API)
 
 pytestmark = pytest.mark.slow
 
@@ -51,16 +52,15 @@ def dags_test(env: dict, day: date) -> subprocess.CompletedProcess:
     return airflow("dags", "test", "brokerlens_daily", day.isoformat(), env=env, timeout=3600)
 
 
-def task_states(airflow_home: Path, day: date) -> dict[str, str]:
-    """State of each task of the latest run for ``day``, from Airflow's database."""
+def task_states(airflow_home: Path, day: date | None, dag_id: str = "brokerlens_daily") -> dict[str, str]:
+    """State of each task of the DAG's latest run (for ``day``), from Airflow's database."""
     with sqlite3.connect(airflow_home / "airflow.db") as db:
         run_id = db.execute(
-            "SELECT run_id FROM dag_run WHERE dag_id = 'brokerlens_daily' AND date(logical_date) = ? "
-            "ORDER BY id DESC LIMIT 1", (day.isoformat(),)
+            "SELECT run_id FROM dag_run WHERE dag_id = ? AND (? IS NULL OR date(logical_date) = ?) "
+            "ORDER BY id DESC LIMIT 1", (dag_id, day and day.isoformat(), day and day.isoformat())
         ).fetchone()[0]
         rows = db.execute(
-            "SELECT task_id, state FROM task_instance WHERE dag_id = 'brokerlens_daily' AND run_id = ?",
-            (run_id,),
+            "SELECT task_id, state FROM task_instance WHERE dag_id = ? AND run_id = ?", (dag_id, run_id)
         ).fetchall()
     return dict(rows)
 
@@ -177,6 +177,23 @@ def test_a_failing_step_stops_the_later_ones_and_mails_the_failure(airflow_home,
     # Nothing downstream ran: no silver or gold table, no report.
     assert not (home / "lake" / "rate_limits").exists() and not (home / "lake" / "hole_alerts").exists()
     assert not list(home.rglob("*.html"))
+
+
+def test_collection_dag_snapshots_a_cluster_into_landing(airflow_home, tmp_path, admin):
+    home = tmp_path / "var"
+    env = airflow_env(airflow_home, home, 8025, BROKERLENS_ADMIN_URL=admin, BROKERLENS_ADMIN_TOKEN=TOKEN,
+                      BROKERLENS_COLLECT__BACKOFF_SECONDS="0")
+    run = airflow("dags", "test", "brokerlens_collect", env=env, timeout=600)
+    log = run.stdout + run.stderr
+    assert run.returncode == 0, log[-4000:]
+    assert task_states(airflow_home, None, "brokerlens_collect") == {"collect": "success"}
+    assert TOKEN not in log
+    # The task log has the stage's summary; landing has the cluster's stats, verbatim.
+    assert re.search(r"\] collect \d{4}-\d\d-\d\d\n  topics=\d+, partitions=\d+, ", log)
+    [stats_file] = home.glob("landing/*/topic-stats/collect-*")
+    envelopes = {e["topic"]: e for e in json.loads(stats_file.read_text())}
+    assert envelopes["persistent://acme/orders/order-events"]["stats"] == fixture(
+        "/admin/v2/persistent/acme/orders/order-events/stats")
 
 
 def break_validation(env: dict, home: Path, day: date) -> None:
