@@ -5,7 +5,7 @@ day before, a removal and mid-day changes), and a rebuild that changes nothing."
 from __future__ import annotations
 
 import json
-from datetime import date, datetime, timezone
+from datetime import date, datetime
 
 from brokerlens.land import land_day
 from brokerlens.silver import build_silver

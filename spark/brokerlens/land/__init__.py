@@ -8,7 +8,6 @@ rows replace the day's bronze partition, bad ones the day's ``quarantine`` parti
 
 from __future__ import annotations
 
-import logging
 from datetime import date
 
 from pyspark.sql import DataFrame
@@ -22,8 +21,6 @@ from ..tables import write_table
 from . import dispatch, internal_stats, metrics, policies, producer_stats, topic_stats
 from .checks import UNREADABLE_FILE, mark_duplicates, quarantine_frame
 from .files import landing_files, read_lines, read_whole, split_readable
-
-log = logging.getLogger(__name__)
 
 PARSERS = (topic_stats, internal_stats, dispatch, producer_stats, policies, metrics)
 KINDS = tuple(p.KIND for p in PARSERS)

@@ -13,7 +13,6 @@ as ``unreadable`` and become one quarantine row each.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
