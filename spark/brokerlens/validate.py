@@ -10,7 +10,6 @@ JSON under ``<reports>/validation/<day>/``. A failed critical expectation raises
 from __future__ import annotations
 
 import json
-import logging
 import os
 from datetime import date, datetime, timezone
 from pathlib import Path
@@ -22,7 +21,6 @@ from .spark import get_spark
 from .stage import StageFailed, StageResult
 from .tables import read_table, write_table
 
-log = logging.getLogger(__name__)
 CRITICAL, WARNING = "critical", "warning"
 
 
