@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import json
 import re
-from collections import Counter
 import shutil
 import sqlite3
 import subprocess
 import sys
+from collections import Counter
 from datetime import date
 from pathlib import Path
 
