@@ -180,4 +180,6 @@ def test_results_file_shape(spark, tmp_path):
     assert days["last_over_first"] == round(days["days"][2]["seconds"] / days["days"][0]["seconds"], 2)
     assert not (tmp_path / "bench" / "work").exists()  # generated inputs are removed
     table = bench.markdown(results)
-    assert table.count("\n") == 1 + len(sizes)
+    head, _, rest = table.partition("\n\n")
+    assert head.count("\n") == 1 + len(sizes)  # header, rule, one row per size
+    assert "Consecutive days through the table layer" in rest
