@@ -45,7 +45,7 @@ def keys(rows, *names):
 @pytest.mark.slow
 def test_every_example_query_runs_on_a_demo_day(spark, settings):
     day = datetime.now(timezone.utc).date() - timedelta(days=1)
-    for stage, options in (("demo-data", {"scale": 0.01, "seed": 7}), ("land", {}), ("build", {})):
+    for stage, options in (("demo-data", {"scale": 0.01, "seed": 7}), ("land", {}), ("validate", {}), ("build", {})):
         run_stage(stage, day, settings, **options)
 
     queries = doc_queries()
@@ -104,6 +104,13 @@ def test_every_example_query_runs_on_a_demo_day(spark, settings):
     limits = answers["Where a subscription's dispatch limit came from"]
     assert limits and all(r["msg_source"] in {"topic-policy", "namespace-policy", "broker-config", "default"}
                           for r in limits)
+
+    checks = answers["Did yesterday's data pass its checks?"]
+    results = on_day("validation_results")
+    latest = results.where(F.col("run_at") == results.agg(F.max("run_at")).first()[0])
+    assert checks and sum(r["expectations"] for r in checks) == latest.count()
+    assert sum(r["failed"] for r in checks) == latest.where("NOT success").count()
+    assert {r["table_name"] for r in checks} == {r["table_name"] for r in latest.select("table_name").collect()}
 
     quarantined = answers["What was quarantined yesterday, and why"]
     assert quarantined and sum(r["records"] for r in quarantined) == on_day("quarantine").count()
