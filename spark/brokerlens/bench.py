@@ -359,8 +359,9 @@ def plain_pass(spark, inputs: dict, out: Path, partitions: int) -> int:
 
 BIG = 1 << 40  # an unlimited quota in the running sums: any debt drains in one period
 
-# The same computation as dispatch_periods (one row per record, empty periods drained through
-# the quota integrated over time, Q(t)), written for DuckDB. For each record with counted
+# The same computation as dispatch_periods, to the same columns (one row per record, empty
+# periods drained through the quota integrated over time, Q(t); the over-delivery causes),
+# written for DuckDB. For each record with counted
 # amount d: P = C - d - Q(t0) just before it, S = C - Q(t1) just after it (C: running sum of
 # d); debt_in = P - min(-opening, min of P and S over the scope's earlier records, P) and
 # debt_out = S - min(that floor, S): Lindley's recursion. An unlimited stretch is a quota of
@@ -372,7 +373,8 @@ WITH lim0 AS (
          epoch_us(valid_from) AS f, epoch_us(valid_to) AS e,
          greatest(period_seconds, 1)::BIGINT * 1000000 AS step, count_entries,
          CASE WHEN msg_limit > 0 THEN msg_limit END AS msg_q,
-         CASE WHEN byte_limit > 0 THEN byte_limit END AS byte_q
+         CASE WHEN byte_limit > 0 THEN byte_limit END AS byte_q,
+         period_seconds, msg_source, byte_source
   FROM read_parquet($limits)),
 lim AS (  -- quota of all periods of the limit scope before f
   SELECT *,
@@ -389,7 +391,9 @@ scopes AS (  -- an integer id per scope: the window partitions by it instead of 
   SELECT row_number() OVER () AS sid, *
   FROM (SELECT DISTINCT level, cluster, broker, topic, subscription FROM iv)),
 rows AS (
-  SELECT s.sid, i.*, l.msg_q, l.byte_q,
+  SELECT s.sid, i.*, l.msg_q, l.byte_q, l.period_seconds, l.msg_source, l.byte_source,
+    CASE WHEN l.count_entries AND i.entries IS NOT NULL THEN 'entries'
+         WHEN l.count_entries THEN 'msgs-no-entries' ELSE 'msgs' END AS count_unit,
     CASE WHEN l.count_entries AND i.entries IS NOT NULL THEN i.entries ELSE i.msgs END AS counted,
     l.msg_cum + coalesce(l.msg_q, {big}) * ((i.t0 - l.f) // l.step) AS mq0,
     l.msg_cum + coalesce(l.msg_q, {big}) * ((i.t1 - l.f) // l.step) AS mq1,
@@ -420,21 +424,48 @@ floors AS (
     least(-d0_msgs, p_msgs, min(least(p_msgs, s_msgs)) OVER before) AS f_msgs,
     least(-d0_bytes, p_bytes, min(least(p_bytes, s_bytes)) OVER before) AS f_bytes
   FROM running
-  WINDOW before AS (PARTITION BY sid ORDER BY t0 ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING))
+  WINDOW before AS (PARTITION BY sid ORDER BY t0 ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)),
+debts AS (
+  SELECT *,
+    CASE WHEN msg_q IS NULL THEN 0 ELSE p_msgs - f_msgs END AS debt_in_msgs,
+    CASE WHEN msg_q IS NOT NULL THEN greatest(0, msg_q - (p_msgs - f_msgs)) END AS allowed_msgs,
+    CASE WHEN msg_q IS NULL THEN 0
+         ELSE greatest(0, counted - greatest(0, msg_q - (p_msgs - f_msgs))) END AS over_msgs,
+    CASE WHEN msg_q IS NULL THEN 0 ELSE s_msgs - least(f_msgs, s_msgs) END AS debt_out_msgs,
+    CASE WHEN byte_q IS NULL THEN 0 ELSE p_bytes - f_bytes END AS debt_in_bytes,
+    CASE WHEN byte_q IS NOT NULL THEN greatest(0, byte_q - (p_bytes - f_bytes)) END AS allowed_bytes,
+    CASE WHEN byte_q IS NULL THEN 0
+         ELSE greatest(0, bytes - greatest(0, byte_q - (p_bytes - f_bytes))) END AS over_bytes,
+    CASE WHEN byte_q IS NULL THEN 0 ELSE s_bytes - least(f_bytes, s_bytes) END AS debt_out_bytes,
+    CASE WHEN msgs > 0 THEN floor(coalesce(redelivered_msgs, 0) * bytes / msgs + 0.5) ELSE 0 END
+      AS redelivered_bytes,
+    CASE WHEN count_unit = 'entries'
+         THEN CASE WHEN msgs > 0 THEN floor(coalesce(redelivered_msgs, 0) * entries / msgs + 0.5) ELSE 0 END
+         ELSE coalesce(redelivered_msgs, 0) END AS redelivered_units
+  FROM floors),
+causes AS (  -- the over-delivery causes, in the order dispatch_periods splits them
+  SELECT *,
+    least(over_msgs, redelivered_units) AS over_redelivery_msgs,
+    least(over_bytes, redelivered_bytes) AS over_redelivery_bytes
+  FROM debts)
 SELECT day, level, cluster, broker, topic, subscription, interval_start AS period_start,
-       msgs, bytes, entries, counted AS counted_msgs,
-       msg_q AS quota_msgs, byte_q AS quota_bytes,
-       CASE WHEN msg_q IS NULL THEN 0 ELSE p_msgs - f_msgs END AS debt_in_msgs,
-       CASE WHEN msg_q IS NOT NULL THEN greatest(0, msg_q - (p_msgs - f_msgs)) END AS allowed_msgs,
-       CASE WHEN msg_q IS NULL THEN 0
-            ELSE greatest(0, counted - greatest(0, msg_q - (p_msgs - f_msgs))) END AS over_msgs,
-       CASE WHEN msg_q IS NULL THEN 0 ELSE s_msgs - least(f_msgs, s_msgs) END AS debt_out_msgs,
-       CASE WHEN byte_q IS NULL THEN 0 ELSE p_bytes - f_bytes END AS debt_in_bytes,
-       CASE WHEN byte_q IS NOT NULL THEN greatest(0, byte_q - (p_bytes - f_bytes)) END AS allowed_bytes,
-       CASE WHEN byte_q IS NULL THEN 0
-            ELSE greatest(0, bytes - greatest(0, byte_q - (p_bytes - f_bytes))) END AS over_bytes,
-       CASE WHEN byte_q IS NULL THEN 0 ELSE s_bytes - least(f_bytes, s_bytes) END AS debt_out_bytes
-FROM floors
+       interval_seconds, grain, period_seconds AS rate_period_seconds, count_unit,
+       msgs, bytes, entries, redelivered_msgs, counted AS counted_msgs,
+       msg_q AS msg_limit, byte_q AS byte_limit,
+       CASE WHEN msg_q IS NOT NULL THEN mq1 - mq0 END AS quota_msgs,
+       CASE WHEN byte_q IS NOT NULL THEN bq1 - bq0 END AS quota_bytes,
+       debt_in_msgs, allowed_msgs, over_msgs, debt_out_msgs,
+       debt_in_bytes, allowed_bytes, over_bytes, debt_out_bytes,
+       coalesce(allowed_msgs = 0, false) OR coalesce(allowed_bytes = 0, false) AS starved,
+       least(over_msgs - over_redelivery_msgs,
+             CASE WHEN count_unit = 'msgs' AND entries IS NOT NULL THEN greatest(0, msgs - entries) ELSE 0 END)
+         AS over_batch_msgs,
+       over_redelivery_msgs, over_redelivery_bytes,
+       least(over_bytes - over_redelivery_bytes,
+             ceil(coalesce(CASE WHEN entries > 0 THEN bytes / entries END,
+                           CASE WHEN msgs > 0 THEN bytes / msgs END, 0)))::BIGINT AS over_approx_bytes,
+       msg_source, byte_source, source
+FROM causes
 ) TO '{out}' (FORMAT parquet, COMPRESSION zstd)
 """.format(big=BIG, out="{out}")
 

@@ -114,9 +114,19 @@ def limit_timeline(limits: DataFrame) -> DataFrame:
     return staged.drop("_rank", "from_us")
 
 
+def _round(value: Column) -> Column:
+    """A non-negative double to the nearest whole number, half up (as Spark's ``round``, which
+    goes through BigDecimal: slower than the rest of the row's arithmetic together)."""
+    return F.floor(value + F.lit(0.5)).cast("long")
+
+
 def _prorate(quota: Column, micros: Column, p_us: Column) -> Column:
-    # Whole periods give exact integers; partial ones (scrape grain) round to whole units.
-    return F.round(quota * micros / p_us).cast("long")
+    """quota × micros / p_us: exact in whole periods; a partial period (scrape grain) rounds
+    half up to whole units."""
+    rest = micros % p_us
+    partial = F.when(rest != 0, _round(quota * rest / p_us)).otherwise(F.lit(0))
+    whole = ((micros - rest) / p_us).cast("long")  # an exact multiple: the double quotient is exact
+    return (quota * whole + partial).cast("long")
 
 
 def _with_limit(df: DataFrame, timeline: DataFrame, at_us: str, prefix: str) -> DataFrame:
@@ -171,9 +181,7 @@ def dispatch_periods(
         "redelivered_msgs",
         "source",
         F.unix_micros("interval_start").alias("t0_us"),
-        (F.unix_micros("interval_start") + F.round(F.col("interval_seconds") * _US).cast("long")).alias(
-            "t1_us"
-        ),
+        (F.unix_micros("interval_start") + _round(F.col("interval_seconds") * _US)).alias("t1_us"),
         F.lit(True).alias("is_record"),
     )
     rows = records
@@ -209,6 +217,27 @@ def dispatch_periods(
         ),
     )
     delivered = {"msgs": "counted_msgs", "bytes": "bytes"}
+    # Every operator from here on copies the rows it passes on (shuffle, sort, two windows):
+    # only what the recursion and the output need goes on, the quota integrated up to the row's
+    # start and end (``_q0``, ``_q1``) instead of the limit row it came from.
+    rows = rows.select(
+        *SCOPE, "day", "period_start", "interval_seconds", "grain", "msgs", "bytes", "entries",
+        "redelivered_msgs", "source", "t0_us", "is_record", "count_unit", "counted_msgs",
+        F.col("l_period_seconds").alias("rate_period_seconds"),
+        F.col("l_msg_q").alias("msg_limit"),
+        F.col("l_byte_q").alias("byte_limit"),
+        F.col("l_msg_source").alias("msg_source"),
+        F.col("l_byte_source").alias("byte_source"),
+        *[
+            column
+            for name, m in MEASURES
+            for column in (
+                _quota_until(m, F.col("t0_us"), "l_").alias(f"_q0_{name}"),
+                _quota_until(m, F.col("t1_us"), "l_").alias(f"_q1_{name}"),
+                F.col(f"l_{m}_seg").alias(f"_seg_{name}"),
+            )
+        ],
+    )  # fmt: skip
 
     # The one shuffle: all rows of a scope together, in time order (opening debt first).
     scope = Window.partitionBy(*SCOPE).orderBy("t0_us", "is_record")
@@ -219,9 +248,8 @@ def dispatch_periods(
         rows = rows.withColumn(f"_c_{name}", F.sum(delivered[name]).over(running))
     for name, m in MEASURES:
         d = F.col(delivered[name])
-        q_start = _quota_until(m, F.col("t0_us"), "l_")
-        q_end = _quota_until(m, F.col("t1_us"), "l_")
-        limited = F.col(f"l_{m}_q").isNotNull()
+        q_start, q_end = F.col(f"_q0_{name}"), F.col(f"_q1_{name}")
+        limited = F.col(f"{m}_limit").isNotNull()
         rows = (
             rows.withColumn(f"quota_{name}", F.when(limited, q_end - q_start))
             # P: running value just before the row (after the gap drained); S: just after it.
@@ -232,7 +260,7 @@ def dispatch_periods(
                 F.when(
                     limited,
                     F.struct(
-                        (-F.col(f"l_{m}_seg")).alias("neg_seg"),
+                        (-F.col(f"_seg_{name}")).alias("neg_seg"),
                         F.least(F.col(f"_p_{name}"), F.col(f"_s_{name}")).alias("v"),
                     ),
                 ),
@@ -242,7 +270,7 @@ def dispatch_periods(
         rows = rows.withColumn(f"_prev_{name}", F.min(f"_v_{name}").over(before))
     for name, m in MEASURES:
         d = F.col(delivered[name])
-        seg = F.col(f"l_{m}_seg")
+        seg = F.col(f"_seg_{name}")
         prev = F.col(f"_prev_{name}")
         p, s = F.col(f"_p_{name}"), F.col(f"_s_{name}")
         floor = F.least(
@@ -250,7 +278,7 @@ def dispatch_periods(
             p,
             F.when(seg == 0, F.lit(0)),  # day start, before any stretch without limit
         )
-        limited = F.col(f"l_{m}_q").isNotNull()
+        limited = F.col(f"{m}_limit").isNotNull()
         debt_in = p - floor
         allowed = F.greatest(F.lit(0), F.col(f"quota_{name}") - debt_in)
         rows = (
@@ -271,15 +299,15 @@ def dispatch_periods(
         "period_start",
         "interval_seconds",
         "grain",
-        F.col("l_period_seconds").alias("rate_period_seconds"),
+        "rate_period_seconds",
         "count_unit",
         "msgs",
         "bytes",
         "entries",
         "redelivered_msgs",
         "counted_msgs",
-        F.col("l_msg_q").alias("msg_limit"),
-        F.col("l_byte_q").alias("byte_limit"),
+        "msg_limit",
+        "byte_limit",
         "quota_msgs",
         "quota_bytes",
         *[
@@ -295,8 +323,8 @@ def dispatch_periods(
         "over_redelivery_msgs",
         "over_redelivery_bytes",
         "over_approx_bytes",
-        F.col("l_msg_source").alias("msg_source"),
-        F.col("l_byte_source").alias("byte_source"),
+        "msg_source",
+        "byte_source",
         "source",
     )
     return out
@@ -310,7 +338,7 @@ def _over_causes(rows: DataFrame) -> DataFrame:
     (concurrent replay and normal dispatch, read size)."""
     redelivered = F.coalesce(F.col("redelivered_msgs"), F.lit(0))
     per_msg = lambda total: F.when(  # noqa: E731 - one-line helper for a ratio
-        F.col("msgs") > 0, F.round(redelivered * total / F.col("msgs")).cast("long")
+        F.col("msgs") > 0, _round(redelivered * total / F.col("msgs"))
     ).otherwise(F.lit(0))
     red_units = F.when(F.col("count_unit") == "entries", per_msg(F.col("entries"))).otherwise(redelivered)
     batch_room = F.when(
@@ -362,7 +390,7 @@ def closing_debt(
         .where("_n = 1")
         .select(
             *SCOPE,
-            (F.unix_micros("period_start") + F.round(F.col("interval_seconds") * _US).cast("long")).alias(
+            (F.unix_micros("period_start") + _round(F.col("interval_seconds") * _US)).alias(
                 "at_us"
             ),
             F.col("debt_out_msgs").alias("debt_msgs"),

@@ -42,7 +42,9 @@ def get_spark(settings: Settings | None = None) -> SparkSession:
         return active
     settings = settings or get_settings()
     log4j = files("brokerlens").joinpath("log4j2.properties")
-    java_opts = f"-Dlog4j2.configurationFile=file:{log4j} -Duser.timezone=UTC"
+    # Spark generates one Java method per pipeline of operators; HotSpot leaves methods over
+    # 8,000 bytecodes to the interpreter, which made dispatch_periods 2x slower.
+    java_opts = f"-Dlog4j2.configurationFile=file:{log4j} -Duser.timezone=UTC -XX:-DontCompileHugeMethods"
     builder = SparkSession.builder.appName(settings.spark.app_name)
     if not under_spark_submit():
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
