@@ -156,7 +156,10 @@ def test_results_file_shape(spark, tmp_path):
     assert [s["partitions"] for s in sizes] == [1]
     for size in sizes:
         stages = size["stages"]
-        assert set(stages) == {"plain_pass", "dispatch_periods", "duckdb", *bench.VARIANTS}
+        assert set(stages) == {
+            "plain_pass", "dispatch_periods", "duckdb", "plain_pass[no write]", "dispatch_periods[no write]",
+            *bench.VARIANTS,
+        }  # fmt: skip
         for stage in stages.values():
             assert stage["rows"] == size["input_rows"]
             assert stage["seconds"] > 0

@@ -40,7 +40,7 @@ import psutil
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("brokerlens.bench")  # also when run as __main__
 
 PERIODS_PER_DAY = 86_400  # ratePeriodInSecond = 1 (Pulsar's default)
 SUBSCRIPTIONS_PER_PARTITION = 3
@@ -348,13 +348,21 @@ def _heap_peak_mb(spark) -> dict[str, float]:
 # ---------------------------------------------------------------------------------- stages
 
 
-def plain_pass(spark, inputs: dict, out: Path, partitions: int) -> int:
+def write_out(frame, out: Path | None) -> int:
+    """Write ``frame`` as Parquet to ``out`` and count what was written; ``out`` None: compute
+    every row and column but write nothing (Spark's ``noop`` sink), to tell computing from
+    writing. Returns -1 then (nothing to count; the stage's rows are the input's)."""
+    if out is None:
+        frame.write.format("noop").mode("overwrite").save()
+        return -1
+    frame.write.mode("overwrite").parquet(str(out))
+    return frame.sparkSession.read.parquet(str(out)).count()
+
+
+def plain_pass(spark, inputs: dict, out: Path | None, partitions: int) -> int:
     """Read, shuffle by scope, sort by period within partitions, write: the floor."""
     df = spark.read.parquet(*inputs["intervals"])
-    df.repartition(partitions, *SCOPE).sortWithinPartitions(*SCOPE, "interval_start").write.mode(
-        "overwrite"
-    ).parquet(str(out))
-    return spark.read.parquet(str(out)).count()
+    return write_out(df.repartition(partitions, *SCOPE).sortWithinPartitions(*SCOPE, "interval_start"), out)
 
 
 BIG = 1 << 40  # an unlimited quota in the running sums: any debt drains in one period
@@ -501,7 +509,7 @@ def opening_debt_file(folder: Path, day: date) -> str:
     return str(path)
 
 
-def spark_dispatch(spark, inputs: dict, opening: str, out: Path):
+def spark_dispatch(spark, inputs: dict, opening: str, out: Path | None) -> int:
     """``dispatch_periods`` over the generated day, written as Parquet (like the plain pass)."""
     from .dispatch import dispatch_periods
 
@@ -510,8 +518,7 @@ def spark_dispatch(spark, inputs: dict, opening: str, out: Path):
         spark.read.parquet(*inputs["limits"]),
         spark.read.parquet(opening),
     )
-    frame.write.mode("overwrite").parquet(str(out))
-    return spark.read.parquet(str(out)).count()
+    return write_out(frame, out)
 
 
 def plan_summary(frame) -> dict[str, int]:
@@ -634,6 +641,12 @@ def bench_sizes(
             "dispatch_periods": bench.measure(lambda: spark_dispatch(spark, inputs, opening, work / "out-dispatch")),
             "duckdb": bench.measure(lambda: duckdb_dispatch(inputs, opening, work / "out-duckdb.parquet", bench.cores)),
         }
+        # The same two without writing: how much of each is computing, how much writing
+        # (dispatch_periods writes 36 columns, the plain pass the input's 15).
+        stages["plain_pass[no write]"] = bench.measure(lambda: plain_pass(spark, inputs, None, shuffle), rows=input_rows)
+        stages["dispatch_periods[no write]"] = bench.measure(
+            lambda: spark_dispatch(spark, inputs, opening, None), rows=input_rows
+        )
         if partitions in variant_sizes:
             for name, conf in VARIANTS.items():
                 stages[name] = bench.measure(
@@ -650,6 +663,9 @@ def bench_sizes(
             "ratios": {
                 "dispatch_periods/plain_pass": ratio(stages["dispatch_periods"], stages["plain_pass"]),
                 "dispatch_periods/duckdb": ratio(stages["dispatch_periods"], stages["duckdb"]),
+                "dispatch_periods[no write]/plain_pass[no write]": ratio(
+                    stages["dispatch_periods[no write]"], stages["plain_pass[no write]"]
+                ),
                 **{f"{name}/dispatch_periods": ratio(stages[name], stages["dispatch_periods"])
                    for name in VARIANTS if name in stages},
             },
@@ -831,8 +847,8 @@ def run(
 def markdown(results: dict) -> str:
     """The README table for a results file."""
     lines = [
-        "| records | plain pass s | dispatch_periods s | DuckDB s | vs plain | vs DuckDB | dispatch rows/s/core | JVM RSS MB | JVM old gen MB | Python workers MB |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| records | plain pass s | dispatch_periods s | DuckDB s | vs plain | vs DuckDB | no write: plain, dispatch s | dispatch rows/s/core | JVM RSS MB | JVM old gen MB | Python workers MB |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for size in results["sizes"]:
         st = size["stages"]
@@ -840,6 +856,7 @@ def markdown(results: dict) -> str:
         lines.append(
             f"| {size['input_rows']:,} | {st['plain_pass']['seconds']} | {d['seconds']} | {st['duckdb']['seconds']} | "
             f"{size['ratios']['dispatch_periods/plain_pass']}× | {size['ratios']['dispatch_periods/duckdb']}× | "
+            f"{st['plain_pass[no write]']['seconds']}, {st['dispatch_periods[no write]']['seconds']} | "
             f"{d['rows_per_second_per_core']:,} | {d['jvm_rss_mb']:.0f} | {d['jvm_old_gen_peak_mb']:.0f} | {d['python_workers_rss_mb']:.0f} |"
         )
     if isinstance(results.get("days"), dict) and "days" in results["days"]:
