@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from datetime import date, timedelta
+from pathlib import Path
 
 import duckdb
 import pyarrow as pa
@@ -186,3 +187,13 @@ def test_results_file_shape(spark, tmp_path):
     head, _, rest = table.partition("\n\n")
     assert head.count("\n") == 1 + len(sizes)  # header, rule, one row per size
     assert "Consecutive days through the table layer" in rest
+
+
+def test_readme_shows_the_committed_figures():
+    """The README's benchmark table is the one of the committed results file, with its command."""
+    root = Path(__file__).resolve().parents[1]
+    latest = json.loads((root / "infra" / "bench" / "latest.json").read_text())
+    readme = (root / "README.md").read_text()
+    assert latest["complete"] is True
+    assert bench.markdown(latest) in readme
+    assert latest["command"] in readme
