@@ -509,16 +509,20 @@ def opening_debt_file(folder: Path, day: date) -> str:
     return str(path)
 
 
-def spark_dispatch(spark, inputs: dict, opening: str, out: Path | None) -> int:
-    """``dispatch_periods`` over the generated day, written as Parquet (like the plain pass)."""
+def dispatch_frame(spark, inputs: dict, opening: str):
+    """``dispatch_periods`` over the generated day (not yet run)."""
     from .dispatch import dispatch_periods
 
-    frame = dispatch_periods(
+    return dispatch_periods(
         spark.read.parquet(*inputs["intervals"]),
         spark.read.parquet(*inputs["limits"]),
         spark.read.parquet(opening),
     )
-    return write_out(frame, out)
+
+
+def spark_dispatch(spark, inputs: dict, opening: str, out: Path | None) -> int:
+    """``dispatch_periods`` over the generated day, written as Parquet (like the plain pass)."""
+    return write_out(dispatch_frame(spark, inputs, opening), out)
 
 
 def plan_summary(frame) -> dict[str, int]:
@@ -539,18 +543,6 @@ def plan_summary(frame) -> dict[str, int]:
             "FlatMapCoGroupsInPandas", "AggregateInPandas", "WindowInPandas",
         ),
     }
-
-
-def dispatch_plan(spark, inputs: dict, opening: str) -> tuple[dict[str, int], str]:
-    from .dispatch import dispatch_periods
-
-    frame = dispatch_periods(
-        spark.read.parquet(*inputs["intervals"]),
-        spark.read.parquet(*inputs["limits"]),
-        spark.read.parquet(opening),
-    )
-    text = spark._jvm.PythonSQLUtils.explainString(frame._jdf.queryExecution(), "formatted")
-    return plan_summary(frame), text
 
 
 # ---------------------------------------------------------------------------------- harness
@@ -652,7 +644,7 @@ def bench_sizes(
                 stages[name] = bench.measure(
                     lambda: with_conf(spark, conf, lambda: spark_dispatch(spark, inputs, opening, work / "out-variant"))
                 )
-        plan, _ = dispatch_plan(spark, inputs, opening)
+        plan = plan_summary(dispatch_frame(spark, inputs, opening))
         entry = {
             "partitions": partitions,
             "scopes": topo.scopes,
