@@ -58,5 +58,5 @@ def test_tables_lists_every_table_with_columns(spark):
     seed_quarantine(spark)
     out = CliRunner().invoke(cli.app, ["tables"])
     assert out.exit_code == 0
-    assert "quarantine  [bronze, version 0]" in out.stdout
+    assert "quarantine  [bronze, version 1]" in out.stdout  # version 0 created it empty
     assert "source_file" in out.stdout
