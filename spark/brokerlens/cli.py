@@ -7,6 +7,7 @@ starts Spark only when it needs it.
 from __future__ import annotations
 
 import sys
+import traceback
 from datetime import date, datetime
 from enum import Enum
 from typing import Annotated, Optional
@@ -21,6 +22,14 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+# Exit codes: 1 a stage failed on its data; 2 the user's mistake (bad query, table, setting,
+# path); 3 anything unexpected (worth a retry, with the stack trace in the log file).
+USER_ERROR_EXIT = 2
+UNEXPECTED_EXIT = 3
+# Set by main(): a command started from a shell keeps Java's stderr and traces in the log file.
+_log_to_file = False
+_log_path = None
 
 DayOption = Annotated[
     datetime, typer.Option("--date", "-d", formats=["%Y-%m-%d"], help="Day to process (UTC), YYYY-MM-DD.")
@@ -38,6 +47,9 @@ def _main(
     verbose: Annotated[int, typer.Option("--verbose", "-v", count=True, help="More logging (stderr).")] = 0,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Warnings and errors only.")] = False,
 ) -> None:
+    global _log_path
+    if _log_to_file and not verbose and _log_path is None:
+        _log_path = logs.divert_stderr(" ".join(sys.argv[1:2]))
     logs.configure(-1 if quiet else verbose)
 
 
@@ -142,6 +154,7 @@ def sql(
     try:
         columns, rows = run_sql(query)
     except QueryError as exc:
+        logs.to_log_file(traceback.format_exc())
         _fail(str(exc))
     sys.stdout.write(format_rows(columns, rows, fmt.value) + "\n")
 
@@ -197,15 +210,40 @@ def vacuum_cmd(
             typer.echo(f"{name}: {'would delete' if dry_run else 'deleted'} {len(removed)} files")
 
 
-def main() -> None:
+def _user_errors() -> tuple[tuple[type[Exception], ...], tuple[type[Exception], ...]]:
+    """(brokerlens's errors, whose message is written for the user; other mistakes of the user:
+    an invalid setting, a missing or unwritable path)."""
+    from pydantic import ValidationError
+
+    from .query import QueryError
     from .schemas import SchemaError
     from .tables import TableError
 
+    return (TableError, SchemaError, QueryError), (ValidationError, FileNotFoundError, NotADirectoryError, PermissionError)
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(line.strip() for line in str(exc).strip().splitlines()[:3] if line.strip())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def main(log_to_file: bool = True) -> None:
+    """The ``brokerlens`` command. Errors end in one ``error:`` line on stderr (the last line of
+    an Airflow task's log); the stack trace goes to the log file, or to stderr with --verbose
+    and under spark-submit (``log_to_file=False``), where stderr is the task log."""
+    global _log_to_file
+    _log_to_file = log_to_file
     try:
         app()
-    except (TableError, SchemaError) as exc:
-        typer.echo(f"error: {exc}", err=True)
-        sys.exit(2)
+    except Exception as exc:  # SystemExit passes: the commands' own exit codes stand
+        logs.to_log_file(traceback.format_exc())
+        ours, theirs = _user_errors()
+        if isinstance(exc, ours + theirs):
+            typer.echo(f"error: {exc if isinstance(exc, ours) else _one_line(exc)}", err=True)
+            sys.exit(USER_ERROR_EXIT)
+        where = f" (stack trace in {_log_path})" if _log_path else ""
+        typer.echo(f"error: unexpected {_one_line(exc)}{where}", err=True)
+        sys.exit(UNEXPECTED_EXIT)
 
 
 if __name__ == "__main__":
