@@ -30,6 +30,7 @@ UNEXPECTED_EXIT = 3
 # Set by main(): a command started from a shell keeps Java's stderr and traces in the log file.
 _log_to_file = False
 _log_path = None
+_verbose = False
 
 DayOption = Annotated[
     datetime, typer.Option("--date", "-d", formats=["%Y-%m-%d"], help="Day to process (UTC), YYYY-MM-DD.")
@@ -47,7 +48,8 @@ def _main(
     verbose: Annotated[int, typer.Option("--verbose", "-v", count=True, help="More logging (stderr).")] = 0,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Warnings and errors only.")] = False,
 ) -> None:
-    global _log_path
+    global _log_path, _verbose
+    _verbose = verbose > 0
     if _log_to_file and not verbose and _log_path is None:
         _log_path = logs.divert_stderr(" ".join(sys.argv[1:2]))
     logs.configure(-1 if quiet else verbose)
@@ -223,22 +225,36 @@ def _user_errors() -> tuple[tuple[type[Exception], ...], tuple[type[Exception], 
 
 
 def _one_line(exc: BaseException) -> str:
-    text = " ".join(line.strip() for line in str(exc).strip().splitlines()[:3] if line.strip())
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    """The exception's type and the first line of its message; for an error raised in Spark's
+    JVM, the Java exception's own (e.g. ``ParentNotDirectoryException: Parent path is not a
+    directory: ...``) rather than Py4J's wrapper around it."""
+    java = getattr(exc, "java_exception", None)
+    try:
+        text = str(java.toString()) if java is not None else str(exc)
+    except Exception:  # the JVM is gone: Py4J's own message will do
+        text = str(exc)
+    first = next((line.strip() for line in text.strip().splitlines() if line.strip()), "")
+    if java is not None:  # "org.apache.hadoop.fs.ParentNotDirectoryException: ..." without the package
+        name, colon, message = first.partition(":")
+        return name.rpartition(".")[2] + colon + message
+    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
 
 
 def main(log_to_file: bool = True) -> None:
     """The ``brokerlens`` command. Errors end in one ``error:`` line on stderr (the last line of
-    an Airflow task's log); the stack trace goes to the log file, or to stderr with --verbose
-    and under spark-submit (``log_to_file=False``), where stderr is the task log."""
+    an Airflow task's log). The stack trace of an unexpected error goes to the log file, or to
+    stderr with --verbose and under spark-submit (``log_to_file=False``, stderr is the task log);
+    a user's mistake needs none there."""
     global _log_to_file
     _log_to_file = log_to_file
     try:
         app()
     except Exception as exc:  # SystemExit passes: the commands' own exit codes stand
-        logs.to_log_file(traceback.format_exc())
         ours, theirs = _user_errors()
-        if isinstance(exc, ours + theirs):
+        user_error = isinstance(exc, ours + theirs)
+        if _log_path or _verbose or not user_error:
+            logs.to_log_file(traceback.format_exc())
+        if user_error:
             typer.echo(f"error: {exc if isinstance(exc, ours) else _one_line(exc)}", err=True)
             sys.exit(USER_ERROR_EXIT)
         where = f" (stack trace in {_log_path})" if _log_path else ""
