@@ -9,8 +9,10 @@ export BROKERLENS_HOME ?= $(CURDIR)/var
 bootstrap:
 	@infra/bootstrap.sh
 
-## make test: the whole test suite (real Spark, Delta, Airflow, SMTP)
+## make test: the whole test suite (real Spark, Delta, Airflow, SMTP, headless Chromium; the
+## browser is installed if missing, BROKERLENS_SKIP_BROWSER_TESTS=1 skips the browser checks)
 test: bootstrap
+	infra/install-test-browser.sh
 	$(VENV)/pytest $(PYTEST_ARGS)
 
 ## make run [DAY=YYYY-MM-DD]: demo data for DAY, then the daily Airflow DAG on it (airflow dags
