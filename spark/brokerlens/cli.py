@@ -156,7 +156,7 @@ def sql(
     try:
         columns, rows = run_sql(query)
     except QueryError as exc:
-        logs.to_log_file(traceback.format_exc())
+        _keep_trace(always=False)
         _fail(str(exc))
     sys.stdout.write(format_rows(columns, rows, fmt.value) + "\n")
 
@@ -224,6 +224,13 @@ def _user_errors() -> tuple[tuple[type[Exception], ...], tuple[type[Exception], 
     return (TableError, SchemaError, QueryError), (ValidationError, FileNotFoundError, NotADirectoryError, PermissionError)
 
 
+def _keep_trace(always: bool) -> None:
+    """The current exception's stack trace to the log file, or to stderr with --verbose; if
+    ``always``, also where stderr is the log (under spark-submit)."""
+    if always or _log_path or _verbose:
+        logs.to_log_file(traceback.format_exc())
+
+
 def _one_line(exc: BaseException) -> str:
     """The exception's type and the first line of its message; for an error raised in Spark's
     JVM, the Java exception's own (e.g. ``ParentNotDirectoryException: Parent path is not a
@@ -252,8 +259,7 @@ def main(log_to_file: bool = True) -> None:
     except Exception as exc:  # SystemExit passes: the commands' own exit codes stand
         ours, theirs = _user_errors()
         user_error = isinstance(exc, ours + theirs)
-        if _log_path or _verbose or not user_error:
-            logs.to_log_file(traceback.format_exc())
+        _keep_trace(always=not user_error)
         if user_error:
             typer.echo(f"error: {exc if isinstance(exc, ours) else _one_line(exc)}", err=True)
             sys.exit(USER_ERROR_EXIT)
