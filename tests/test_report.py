@@ -443,3 +443,12 @@ def test_report_and_alert_mail_fit_desktop_and_phone(spark, settings, seeded_day
         assert ylabels and all(UNITS.search(y) for y in ylabels), (img["alt"], parts)
         legends = [v for k, v in parts.items() if k.startswith("legend")]
         assert legends and all(legends), (img["alt"], parts)
+
+
+def test_mail_links_use_the_configured_base_url(monkeypatch):
+    from brokerlens.report import report_url
+    from brokerlens.settings import reload_settings
+
+    monkeypatch.setenv("BROKERLENS_REPORT__BASE_URL", "https://ops.example.com/brokerlens/")
+    # The report's path below the reports folder, under the base URL (one slash between).
+    assert report_url(DAY, reload_settings()) == "https://ops.example.com/brokerlens/2026-11-21/brokerlens-2026-11-21.html"
