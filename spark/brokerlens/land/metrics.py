@@ -1,10 +1,11 @@
 """metrics/*.prom: Prometheus text exposition of broker ``/metrics``, as the broker serves it.
 
-A file saved with ``curl http://broker-1:8080/metrics > broker-1:8080.prom`` lands as it is:
+A file saved with ``curl http://broker-1:8080/metrics > broker-1_8080.prom`` lands as it is:
 
 * cluster: the sample's ``cluster`` label (Pulsar puts it on every sample), else the file's;
 * broker: the file name, ``<broker>.prom`` or ``<broker>@<anything>.prom`` (``@`` starts a suffix
-  that tells several scrapes of one broker apart, e.g. ``broker-1:8080@1000.prom``);
+  that tells several scrapes of one broker apart); a ``:`` cannot be in a landing file name, so
+  ``_<port>`` at the end stands for ``:<port>``: ``broker-1_8080@1000.prom`` is ``broker-1:8080``;
 * time: the sample's millisecond timestamp (Pulsar 2.x-3.x write one), else the latest timestamp
   in the file, else the file's modification time (which must then lie on the landing day).
 
@@ -74,8 +75,8 @@ def _value(text: F.Column) -> F.Column:
 
 
 def broker_from_file(source_file: F.Column) -> F.Column:
-    """``<broker>[@<anything>].prom`` → broker."""
-    return F.regexp_extract(source_file, _FILE_NAME, 1)
+    """``<broker>[@<anything>].prom`` → broker, ``_<port>`` at its end read as ``:<port>``."""
+    return F.regexp_replace(F.regexp_extract(source_file, _FILE_NAME, 1), r"_([0-9]+)$", ":$1")
 
 
 def parse(records: DataFrame, day: date) -> DataFrame:
