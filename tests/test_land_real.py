@@ -9,6 +9,7 @@ import shutil
 from datetime import date, datetime, timezone
 from pathlib import Path
 
+import pytest
 from pyspark.sql import functions as F
 
 from brokerlens.holes import parse_ranges, range_stats
@@ -61,6 +62,7 @@ def install(settings) -> Path:
     return root
 
 
+@pytest.mark.slow
 def test_real_outputs_land(spark, settings):
     install(settings)
     landed = land_day(DAY, settings)
