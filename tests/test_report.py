@@ -452,3 +452,17 @@ def test_mail_links_use_the_configured_base_url(monkeypatch):
     monkeypatch.setenv("BROKERLENS_REPORT__BASE_URL", "https://ops.example.com/brokerlens/")
     # The report's path below the reports folder, under the base URL (one slash between).
     assert report_url(DAY, reload_settings()) == "https://ops.example.com/brokerlens/2026-11-21/brokerlens-2026-11-21.html"
+
+
+def test_scrape_grain_scopes_are_called_a_lower_bound(spark, settings):
+    from brokerlens.report import dispatch_section
+
+    # One 60 s scrape interval of S1 against a quota of 10 msg/s prorated to 600: 900 delivered, 300 over.
+    row = dict(period(S1, T0 + timedelta(hours=10), 900, 600, 0), interval_seconds=60.0, grain="scrape",
+               rate_period_seconds=1, source="metrics-counters")
+    put(spark, "dispatch_periods", [row])
+    put(spark, "dispatch_daily", [dict(daily(S1, [row]), grain="scrape")])
+    section = dispatch_section(DAY, settings, [])
+    caption = section.tables[0].caption
+    assert section.tables[0].rows[0][3] == "300"
+    assert "From scrape-grain counters" in caption and "billing" in caption and "lower bound" in caption

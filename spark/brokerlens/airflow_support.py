@@ -271,3 +271,19 @@ def collect_snapshot() -> None:
     from .pipeline import run_stage
 
     log.info("%s", run_stage("collect", None).render())
+
+
+def prometheus_url() -> str | None:
+    """``BROKERLENS_PROMETHEUS_URL``: when set, the daily DAG first pulls the day's Pulsar series
+    from that Prometheus server (``brokerlens collect --prometheus-url``)."""
+    return os.environ.get("BROKERLENS_PROMETHEUS_URL") or None
+
+
+def collect_prometheus_day(ds: str) -> None:
+    """``brokerlens collect --prometheus-url URL --date ds`` (HTTP only, no Spark); the step is
+    ``BROKERLENS_PROMETHEUS_STEP_SECONDS`` (default 60, the scrape interval)."""
+    from .pipeline import run_stage
+
+    step = env_int("BROKERLENS_PROMETHEUS_STEP_SECONDS", 60)
+    day = datetime.strptime(ds, "%Y-%m-%d").date()
+    log.info("%s", run_stage("collect", day, prometheus_url=prometheus_url(), step_seconds=step).render())

@@ -88,13 +88,20 @@ def demo_data(
 @app.command()
 def collect(
     admin_url: Annotated[Optional[str], typer.Option(help="Pulsar admin REST URL, e.g. http://broker:8080 (default: settings admin_url).")] = None,
+    prometheus_url: Annotated[Optional[str], typer.Option(help="Prometheus server URL: pull DATE's Pulsar series (query_range) instead of the admin API.")] = None,
+    day: Annotated[Optional[datetime], typer.Option("--date", "-d", formats=["%Y-%m-%d"], help="With --prometheus-url: the UTC day to pull, YYYY-MM-DD.")] = None,
+    step: Annotated[int, typer.Option(help="With --prometheus-url: query step in seconds, the scrape interval.")] = 60,
 ) -> None:
-    """Snapshot a live cluster's admin REST API into landing."""
+    """Snapshot a live cluster's admin REST API into landing, or pull a day from Prometheus."""
     from .pipeline import run_stage
     from .stage import StageFailed
 
     try:
-        typer.echo(run_stage("collect", None, admin_url=admin_url).render())
+        if prometheus_url:
+            result = run_stage("collect", _day(day) if day else None, prometheus_url=prometheus_url, step_seconds=step)
+        else:
+            result = run_stage("collect", None, admin_url=admin_url)
+        typer.echo(result.render())
     except StageFailed as exc:
         _fail(f"collect failed: {exc}", code=1)
 

@@ -320,6 +320,17 @@ def cursor_chart(
 # --------------------------------------------------------------------------- sections
 
 
+def _scrape_note(rows: list) -> str:
+    """Scopes measured only from counters at scrape grain: what they say is a lower bound."""
+    scraped = [scope_label(r["level"], r["broker"], r["topic"], r["subscription"]) for r in rows if r["grain"] != "period"]
+    if not scraped:
+        return ""
+    return (
+        f" From scrape-grain counters (topic stats or /metrics, not per period): {', '.join(scraped)}; "
+        "over-delivery over a scrape interval (e.g. 60 s) is a lower bound of the per-period figure."
+    )
+
+
 def dispatch_section(day: date, settings: Settings, headline: list[Number]) -> Section:
     section = Section(
         "dispatch",
@@ -375,7 +386,7 @@ def dispatch_section(day: date, settings: Settings, headline: list[Number]) -> S
             ],
             numeric={2, 3, 4, 5, 6, 7, 8},
             prose={9},
-            caption="Worst scopes by messages over quota, then bytes over quota.",
+            caption="Worst scopes by messages over quota, then bytes over quota." + _scrape_note(rows),
             more=more,
         )
     )
