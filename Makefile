@@ -10,9 +10,9 @@ bootstrap:
 	@infra/bootstrap.sh
 
 ## make test: the whole test suite (real Spark, Delta, Airflow, SMTP, headless Chromium; the
-## browser is installed if missing, BROKERLENS_SKIP_BROWSER_TESTS=1 skips the browser checks)
+## browser and Prometheus are installed if missing: infra/install-test-tools.sh)
 test: bootstrap
-	infra/install-test-browser.sh
+	infra/install-test-tools.sh
 	$(VENV)/pytest $(PYTEST_ARGS)
 
 ## make run [DAY=YYYY-MM-DD]: demo data for DAY, then the daily Airflow DAG on it (airflow dags

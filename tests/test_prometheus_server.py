@@ -3,7 +3,7 @@
 The test loads a day of broker metrics (two brokers, one sample a minute) into a fresh data
 directory with ``promtool tsdb create-blocks-from openmetrics``, starts Debian's ``prometheus``
 on 127.0.0.1 with a free port, pulls the day through the HTTP API and stops the server.
-``infra/install-test-servers.sh`` installs the binaries; set BROKERLENS_SKIP_SERVER_TESTS=1 to
+``infra/install-test-tools.sh`` installs the binaries; set BROKERLENS_SKIP_SERVER_TESTS=1 to
 skip where they cannot be installed.
 """
 
@@ -34,7 +34,7 @@ def _binaries() -> tuple[str, str]:
         return found
     if os.environ.get("BROKERLENS_SKIP_SERVER_TESTS") == "1":
         pytest.skip("prometheus/promtool not installed (BROKERLENS_SKIP_SERVER_TESTS=1)")
-    pytest.fail("prometheus and promtool are not installed: run infra/install-test-servers.sh as root "
+    pytest.fail("prometheus and promtool are not installed: run infra/install-test-tools.sh as root "
                 "(or set BROKERLENS_SKIP_SERVER_TESTS=1 to skip server tests)")
 
 

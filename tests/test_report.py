@@ -196,7 +196,7 @@ def chromium() -> str:
     if path is None:
         if os.environ.get(SKIP_BROWSER) == "1":
             pytest.skip(f"no Chromium and {SKIP_BROWSER}=1")
-        pytest.fail("headless Chromium is needed: run infra/install-test-browser.sh (as root), "
+        pytest.fail("headless Chromium is needed: run infra/install-test-tools.sh (as root), "
                     f"or set {SKIP_BROWSER}=1 to skip the browser checks")
     return path
 
