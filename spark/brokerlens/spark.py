@@ -29,6 +29,10 @@ SQL_CONF = {
     # Delta rebuilds a table's state from its log with this many tasks (default 50): our tables
     # have small logs, and 50 tasks per read cost more than the work on a few cores.
     "spark.databricks.delta.snapshotPartitions": "4",
+    # Delta keeps min/max statistics of a table's first N columns in the log for data skipping;
+    # its default 32 covers the raw Pulsar JSON of the bronze tables, costly to compute and of
+    # no use for skipping. Ours lead with the scope columns (day, cluster, broker, topic, ...).
+    "spark.databricks.delta.properties.defaults.dataSkippingNumIndexedCols": "8",
     # VACUUM lists a table's folders with this parallelism (Spark's default: 10,000 tasks).
     "spark.sql.sources.parallelPartitionDiscovery.parallelism": "8",
     "spark.sql.ansi.enabled": "false",
