@@ -1,4 +1,5 @@
-"""`brokerlens build`: silver, then the gold tables, for one day."""
+"""`brokerlens build`: silver, then the gold tables, for one day (``layer``: only one of the two,
+so that the silver tables can be validated before gold is built from them)."""
 
 from __future__ import annotations
 
@@ -8,18 +9,23 @@ from .pipeline import resolve
 from .settings import Settings
 from .stage import StageResult
 
-# Order matters: gold steps read the silver tables of the day.
-BUILD_STEPS: tuple[tuple[str, str], ...] = (
-    ("silver", "brokerlens.silver:build_silver"),
-    ("dispatch", "brokerlens.dispatch:build_dispatch"),
-    ("holes", "brokerlens.holes:build_holes"),
-    ("producers", "brokerlens.producers:build_producers"),
+# Order matters: gold steps read the silver tables of the day. (layer, step, target)
+BUILD_STEPS: tuple[tuple[str, str, str], ...] = (
+    ("silver", "silver", "brokerlens.silver:build_silver"),
+    ("gold", "dispatch", "brokerlens.dispatch:build_dispatch"),
+    ("gold", "holes", "brokerlens.holes:build_holes"),
+    ("gold", "producers", "brokerlens.producers:build_producers"),
 )
+LAYERS = ("silver", "gold")
 
 
-def build_day(day: date, settings: Settings) -> StageResult:
-    result = StageResult("build", day)
-    for _, target in BUILD_STEPS:
+def build_day(day: date, settings: Settings, layer: str | None = None) -> StageResult:
+    if layer is not None and layer not in LAYERS:
+        raise ValueError(f"build layer must be one of {', '.join(LAYERS)}, not {layer!r}")
+    result = StageResult(f"build {layer}" if layer else "build", day)
+    for step_layer, _, target in BUILD_STEPS:
+        if layer not in (None, step_layer):
+            continue
         step = resolve(target)(day, settings)
         result.writes += step.writes
         result.lines += step.lines
