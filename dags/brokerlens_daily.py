@@ -17,8 +17,11 @@ layer is validated before the next is built from it.
   retried with exponential back-off. A failed step stops the later ones and mails
   `BROKERLENS_FAILURE_EMAIL` through the `smtp_default` connection.
 - Each step declares the tables it writes as assets (`brokerlens.<table>`).
+- With `BROKERLENS_PROMETHEUS_URL` set, a first step `collect_prometheus` pulls the day's Pulsar
+  series from that Prometheus server into landing (`brokerlens collect --prometheus-url`).
 """
 
+from airflow.providers.standard.operators.python import PythonOperator
 from airflow.sdk import DAG, CronDataIntervalTimetable
 
 from brokerlens import airflow_support as bl
@@ -43,3 +46,5 @@ with DAG(
     report = bl.StageSubmitOperator(stage="report")
 
     land >> validate_bronze >> build_silver >> validate_silver >> build_gold >> alert >> report
+    if bl.prometheus_url():
+        PythonOperator(task_id="collect_prometheus", python_callable=bl.collect_prometheus_day, op_args=["{{ ds }}"]) >> land

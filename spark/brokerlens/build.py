@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import date
 
 from .pipeline import resolve
+from .progress import progress
 from .settings import Settings
 from .stage import StageResult
 
@@ -23,11 +24,13 @@ def build_day(day: date, settings: Settings, layer: str | None = None) -> StageR
     if layer is not None and layer not in LAYERS:
         raise ValueError(f"build layer must be one of {', '.join(LAYERS)}, not {layer!r}")
     result = StageResult(f"build {layer}" if layer else "build", day)
-    for step_layer, _, target in BUILD_STEPS:
-        if layer not in (None, step_layer):
-            continue
-        step = resolve(target)(day, settings)
-        result.writes += step.writes
-        result.lines += step.lines
-        result.metrics.update(step.metrics)
+    steps = [(name, target) for step_layer, name, target in BUILD_STEPS if layer in (None, step_layer)]
+    with progress(f"build {day}", total=len(steps), unit="steps") as shown:
+        for name, target in steps:
+            shown.note(name)
+            step = resolve(target)(day, settings)
+            result.writes += step.writes
+            result.lines += step.lines
+            result.metrics.update(step.metrics)
+            shown.advance()
     return result
