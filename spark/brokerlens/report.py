@@ -774,7 +774,11 @@ def quality_section(day: date, settings: Settings, headline: list[Number]) -> Se
 
     results = _day_rows("validation_results", day)
     # Per table: the daily DAG validates bronze and silver in two runs.
-    latest = results.where(F.col("run_at") == F.max("run_at").over(Window.partitionBy("table_name")))
+    latest = (
+        results.withColumn("_last_run", F.max("run_at").over(Window.partitionBy("table_name")))
+        .where(F.col("run_at") == F.col("_last_run"))
+        .drop("_last_run")
+    )
     if latest.isEmpty():
         section.empty = f"No data-quality results for {day}: `brokerlens validate` has not run for this day."
         headline.append(Number("failed expectations", "no data"))
