@@ -1,16 +1,18 @@
 """
 ### brokerlens_daily
 
-One run per day, for the day that just ended (`{{ ds }}`): **land → validate → build → alert →
-report**, each a `brokerlens <stage> --date {{ ds }}` submitted with spark-submit through the
-`spark_default` connection (local master by default; a cluster is a connection change).
+One run per day, for the day that just ended (`{{ ds }}`): **land → validate_bronze →
+build_silver → validate_silver → build_gold → alert → report**, each a
+`brokerlens <stage> [--layer L] --date {{ ds }}` submitted with spark-submit through the
+`spark_default` connection (local master by default; a cluster is a connection change). Each
+layer is validated before the next is built from it.
 
 - Catch-up and backfill: `BROKERLENS_START_DATE` (YYYY-MM-DD, default 2026-11-01) is the first
   day, `BROKERLENS_CATCHUP=false` turns catch-up off; to (re)run days:
   `airflow backfill create --dag-id brokerlens_daily --from-date A --to-date B --reprocess-behavior completed`
-  (a re-run of a day replaces its partitions and sends no mail twice). `build` and `alert` wait
-  for the previous day's (closing dispatch debt, alert state); the other steps of different
-  days run in parallel (`BROKERLENS_MAX_ACTIVE_RUNS`, default 4).
+  (a re-run of a day replaces its partitions and sends no mail twice). The build steps and
+  `alert` wait for the previous day's (policies in force, closing dispatch debt, alert state);
+  the other steps of different days run in parallel (`BROKERLENS_MAX_ACTIVE_RUNS`, default 4).
 - A step that fails on its data (a critical expectation) fails at once; other failures are
   retried with exponential back-off. A failed step stops the later ones and mails
   `BROKERLENS_FAILURE_EMAIL` through the `smtp_default` connection.
@@ -36,11 +38,13 @@ with DAG(
     tags=["brokerlens"],
 ):
     land = bl.StageSubmitOperator(stage="land")
-    validate = bl.StageSubmitOperator(stage="validate")
-    build = bl.StageSubmitOperator(stage="build", depends_on_past=True)
+    validate_bronze = bl.StageSubmitOperator(stage="validate", layer="bronze")
+    build_silver = bl.StageSubmitOperator(stage="build", layer="silver", depends_on_past=True)
+    validate_silver = bl.StageSubmitOperator(stage="validate", layer="silver")
+    build_gold = bl.StageSubmitOperator(stage="build", layer="gold", depends_on_past=True)
     alert = bl.StageSubmitOperator(stage="alert", depends_on_past=True, connections=[bl.smtp_conn_id()])
     report = bl.StageSubmitOperator(stage="report")
 
-    land >> validate >> build >> alert >> report
+    land >> validate_bronze >> build_silver >> validate_silver >> build_gold >> alert >> report
     if bl.prometheus_url():
         PythonOperator(task_id="collect_prometheus", python_callable=bl.collect_prometheus_day, op_args=["{{ ds }}"]) >> land

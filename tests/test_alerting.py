@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import base64
 import email
 import json
+import logging
+import os
+import re
 import socket
+import subprocess
+from urllib.parse import quote, quote_plus
 from datetime import date, timedelta
 from email import policy
 
@@ -31,8 +37,27 @@ def free_port() -> int:
 
 
 class Inbox:
+    """An SMTP server's handler: keeps what it accepted. ``drop_after``: once it has accepted that
+    many messages it drops the connection at the next MAIL FROM; ``refuse``: addresses it refuses
+    at RCPT TO (550)."""
+
     def __init__(self):
         self.messages: list[tuple[list[str], email.message.EmailMessage]] = []
+        self.drop_after: int | None = None
+        self.refuse: set[str] = set()
+
+    async def handle_MAIL(self, server, session, envelope, address, mail_options):
+        if self.drop_after is not None and len(self.messages) >= self.drop_after:
+            server.transport.close()
+            return "421 4.3.2 closing connection"
+        envelope.mail_from = address
+        return "250 OK"
+
+    async def handle_RCPT(self, server, session, envelope, address, rcpt_options):
+        if address in self.refuse:
+            return "550 5.1.1 mailbox unavailable"
+        envelope.rcpt_tos.append(address)
+        return "250 OK"
 
     async def handle_DATA(self, server, session, envelope):
         msg = email.message_from_bytes(envelope.original_content, policy=policy.default)
@@ -63,8 +88,10 @@ def configure(monkeypatch, port: int) -> None:
     reload_settings()
 
 
-def build_two_days(spark) -> None:
-    def day(d, ranges):
+def build_days(spark, ranges_by_day: dict[date, dict[str, int]]) -> None:
+    """hole_alerts for each day from three snapshots per subscription (charges in payments/*,
+    the others in t/ns, i.e. the default group)."""
+    for d, ranges in ranges_by_day.items():
         rows = []
         for h in (20, 21, 22) if d == D1 else (1, 2, 3):
             rows += [
@@ -77,10 +104,14 @@ def build_two_days(spark) -> None:
         write_snapshots(spark, rows, d)
         build_holes(d, get_settings())
 
+
+DAY1_RANGES = {"charges": 12_000, "billing": 8_200, "audit": 9_000, "search": 10}
+
+
+def build_two_days(spark) -> None:
     # Day 1: charges critical, billing warning, audit warning. Day 2: charges unchanged (ongoing),
     # billing escalates, audit resolves, search is new.
-    day(D1, {"charges": 12_000, "billing": 8_200, "audit": 9_000, "search": 10})
-    day(D2, {"charges": 12_000, "billing": 10_400, "audit": 300, "search": 8_800})
+    build_days(spark, {D1: DAY1_RANGES, D2: {"charges": 12_000, "billing": 10_400, "audit": 300, "search": 8_800}})
 
 
 def run_alert(*args):
@@ -121,6 +152,7 @@ def test_alert_mails_new_then_changes_and_never_twice(spark, smtp_server, monkey
     assert sorted((r["group_name"], r["subscription"], r["state"]) for r in notes) == [
         ("ops", "audit", "new"), ("ops", "billing", "new"), ("payments", "charges", "new")]
     assert {r["message_id"] for r in notes} == {m["Message-ID"] for _, m in inbox.messages}
+    assert {r["status"] for r in notes} == {"sent"}
     eml = sorted((settings.outbox / "alerts" / str(D1)).glob("*.eml"))
     assert len(eml) == 2 and {email.message_from_bytes(p.read_bytes())["Message-ID"] for p in eml} == {
         m["Message-ID"] for _, m in inbox.messages}
@@ -201,6 +233,205 @@ def test_groups_by_namespace_glob_with_default_and_dedup():
     alert = lambda ns, sub: {"cluster": "c1", "namespace": ns, "topic": f"persistent://{ns}/t", "subscription": sub}  # noqa: E731
     alerts = [alert("payments/orders", "a"), alert("payments/refunds", "b"), alert("search/prod-eu", "c"),
               alert("search/dev", "d")]
-    already = {("payments", "c1", "persistent://payments/refunds/t", "b")}
-    got = {g.name: [a["subscription"] for a in items] for g, items in plan(D1, cfg, alerts, already)}
+    accepted = {("payments", "c1", "persistent://payments/refunds/t", "b"): {"p@x"}}
+    got = {g.group.name: [a["subscription"] for a in g.alerts] for g in plan(D1, cfg, alerts, accepted)}
     assert got == {"all-prod": ["a", "c"], "ops": ["d"], "payments": ["a"]}
+
+
+def notifications(day: date) -> list:
+    return read_table("alert_notifications").filter(f"day = '{day}'").collect()
+
+
+def test_dropped_connection_records_what_was_accepted_and_a_rerun_sends_the_rest(spark, smtp_server, monkeypatch, settings):
+    controller, inbox = smtp_server
+    configure(monkeypatch, controller.port)
+    build_days(spark, {D1: DAY1_RANGES})
+    inbox.drop_after = 1  # ops (first by group name) goes through, then the server goes away
+
+    out = run_alert("--date", str(D1))
+    assert out.exit_code == 1
+    assert "SMTPServerDisconnected" in out.stderr or "SMTPSenderRefused" in out.stderr, out.stderr
+    assert "1 of 2 alert message(s) sent and recorded" in out.stderr
+    [(rcpt, first)] = inbox.messages
+    assert rcpt == ["ops@example.com", "sre@example.com"]
+    # Exactly what the server accepted: the ops message's two alerts, as sent; nothing pending.
+    rows = notifications(D1)
+    assert sorted((r["group_name"], r["subscription"], r["status"]) for r in rows) == [
+        ("ops", "audit", "sent"), ("ops", "billing", "sent")]
+    assert {r["message_id"] for r in rows} == {first["Message-ID"]}
+    notified = {r["subscription"]: r["notified"] for r in read_table("hole_alerts").collect()}
+    assert notified == {"audit": True, "billing": True, "charges": False}
+
+    inbox.drop_after = None
+    out = run_alert("--date", str(D1))
+    assert out.exit_code == 0, out.output
+    assert [rcpt for rcpt, _ in inbox.messages] == [["ops@example.com", "sre@example.com"], ["pay-oncall@example.com"]]
+    second = inbox.messages[1][1]
+    assert sorted((r["group_name"], r["subscription"], r["message_id"]) for r in notifications(D1)) == [
+        ("ops", "audit", first["Message-ID"]), ("ops", "billing", first["Message-ID"]),
+        ("payments", "charges", second["Message-ID"])]
+
+
+def test_refused_recipient_is_not_recorded_and_a_rerun_mails_only_it(spark, smtp_server, monkeypatch, settings):
+    controller, inbox = smtp_server
+    configure(monkeypatch, controller.port)
+    build_days(spark, {D1: DAY1_RANGES})
+    inbox.refuse = {"sre@example.com"}
+
+    out = run_alert("--date", str(D1))
+    assert out.exit_code == 1
+    assert "refused sre@example.com" in out.stderr and "2 of 2 alert message(s) sent" in out.stderr
+    assert sorted(rcpt for rcpt, _ in inbox.messages) == [["ops@example.com"], ["pay-oncall@example.com"]]
+    recorded = {(r["group_name"], r["subscription"]): r["recipients"] for r in notifications(D1)}
+    assert recorded == {("ops", "audit"): ["ops@example.com"], ("ops", "billing"): ["ops@example.com"],
+                        ("payments", "charges"): ["pay-oncall@example.com"]}
+
+    # The re-run mails the ops alerts to sre only: another message (another Message-ID).
+    inbox.refuse = set()
+    inbox.messages.clear()
+    out = run_alert("--date", str(D1))
+    assert out.exit_code == 0, out.output
+    [(rcpt, msg)] = inbox.messages
+    assert rcpt == ["sre@example.com"] and msg["To"] == "sre@example.com"
+    assert "billing" in parts(msg)[0] and "audit" in parts(msg)[0]
+    rows = notifications(D1)
+    assert sorted((r["group_name"], r["subscription"], tuple(r["recipients"])) for r in rows) == [
+        ("ops", "audit", ("ops@example.com",)), ("ops", "audit", ("sre@example.com",)),
+        ("ops", "billing", ("ops@example.com",)), ("ops", "billing", ("sre@example.com",)),
+        ("payments", "charges", ("pay-oncall@example.com",))]
+    assert len({r["message_id"] for r in rows}) == 3
+    assert run_alert("--date", str(D1)).exit_code == 0 and len(inbox.messages) == 1
+
+
+@pytest.mark.slow
+def test_a_crash_between_sending_and_recording_never_mails_twice(spark, smtp_server, monkeypatch, settings,
+                                                                 brokerlens_command):
+    """`brokerlens alert` killed (os._exit, as by SIGKILL) right after the server accepted the
+    first message, then killed before sending the second, then run to the end: each message
+    reaches the server exactly once, and the record ends as what the server received."""
+    controller, inbox = smtp_server
+    configure(monkeypatch, controller.port)
+    build_days(spark, {D1: DAY1_RANGES})
+
+    def alert(crash_at: str | None) -> subprocess.CompletedProcess:
+        env = {**os.environ, "BROKERLENS_SPARK__SHUFFLE_PARTITIONS": "2"}
+        env.pop("BROKERLENS_TEST_ALERT_CRASH_AT", None)
+        if crash_at:
+            env["BROKERLENS_TEST_ALERT_CRASH_AT"] = crash_at
+        return subprocess.run(brokerlens_command("alert", "--date", str(D1)), env=env, capture_output=True,
+                              text=True, timeout=600)
+
+    # 1. Killed after the server accepted ops' message: recorded as pending only.
+    assert alert("accepted").returncode == 137
+    [(rcpt, ops)] = inbox.messages
+    ops_id = ops["Message-ID"]
+    assert rcpt == ["ops@example.com", "sre@example.com"]
+    assert {(r["group_name"], r["status"], r["message_id"]) for r in notifications(D1)} == {("ops", "pending", ops_id)}
+
+    # 2. Settles ops as sent without mailing it again; killed before handing payments' over.
+    run = alert("pending-recorded")
+    assert run.returncode == 137, run.stderr[-3000:]
+    assert len(inbox.messages) == 1
+    assert sorted((r["group_name"], r["status"]) for r in notifications(D1)) == [
+        ("ops", "sent"), ("ops", "sent"), ("payments", "pending")]
+
+    # 3. Mails payments (never accepted before), and only it.
+    run = alert(None)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "accepted before an earlier run stopped" not in run.stdout
+    assert "not sent by an earlier run that stopped; mailed now" in run.stdout
+    received = [m["Message-ID"] for _, m in inbox.messages]
+    assert len(received) == len(set(received)) == 2
+    rows = notifications(D1)
+    assert {r["status"] for r in rows} == {"sent"}
+    assert {r["message_id"] for r in rows} == set(received)
+    assert all(r["notified"] for r in read_table("hole_alerts").collect())
+
+
+def test_ongoing_alerts_are_reminded_after_reminder_days(spark, smtp_server, monkeypatch, settings):
+    controller, inbox = smtp_server
+    monkeypatch.setenv("BROKERLENS_ALERTS__REMINDER_DAYS", "2")
+    configure(monkeypatch, controller.port)
+    d3 = D2 + timedelta(days=1)
+    calm = {"charges": 12_000, "billing": 10, "audit": 10, "search": 10}
+    build_days(spark, {D1: calm, D2: calm, d3: calm})
+    mailed = {}
+    for d in (D1, D2, d3):
+        inbox.messages.clear()
+        assert run_alert("--date", str(d)).exit_code == 0
+        mailed[d] = [re.findall(r"^\[([A-Z]+ \w+)\] (\S+)", parts(m)[0], re.M) for _, m in inbox.messages]
+    # charges is critical all three days: new on day 1, ongoing on days 2 and 3; mailed on day 1
+    # and again 2 days (reminder_days) after it, on day 3.
+    assert mailed == {D1: [[("NEW critical", PAY_TOPIC)]], D2: [], d3: [[("ONGOING critical", PAY_TOPIC)]]}
+    assert [r["day"] for r in read_table("alert_notifications").orderBy("day").collect()] == [D1, d3]
+
+
+@pytest.fixture
+def self_signed_cert(tmp_path):
+    """A certificate for 127.0.0.1 that this test's clients trust (SSL_CERT_FILE)."""
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+                   check=True, capture_output=True)
+    return cert, key
+
+
+def test_starttls_and_auth_against_a_real_server_never_show_the_password(spark, monkeypatch, settings, caplog,
+                                                                           self_signed_cert, capfd):
+    import ssl
+
+    from aiosmtpd.smtp import AuthResult, LoginPassword
+
+    cert, key = self_signed_cert
+    password = "s3cr/t p@ss:w+rd%"
+    logins = []
+
+    def authenticator(server, session, envelope, mechanism, auth_data):
+        ok = isinstance(auth_data, LoginPassword) and auth_data.login == b"alerts" and auth_data.password == password.encode()
+        logins.append((mechanism, ok, session.ssl is not None))
+        return AuthResult(success=ok, handled=False)  # aiosmtpd answers 535 on a failure
+
+    tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    tls.load_cert_chain(cert, key)
+    inbox = Inbox()
+    controller = Controller(inbox, hostname="127.0.0.1", port=free_port(), tls_context=tls, require_starttls=True,
+                            authenticator=authenticator, auth_required=True, auth_require_tls=True)
+    controller.start()
+    try:
+        monkeypatch.setenv("SSL_CERT_FILE", str(cert))
+        write_snapshots(spark, [snap(at(D1, 5), None, sub="billing", reported=10_001, source="topic-stats")], D1)
+        build_holes(D1, get_settings())
+        caplog.set_level(logging.DEBUG)
+
+        def uri(secret: str) -> str:  # disable_ssl without disable_tls: STARTTLS
+            return f"smtp://alerts:{quote(secret, safe='')}@127.0.0.1:{controller.port}?disable_ssl=true"
+
+        monkeypatch.setenv("AIRFLOW_CONN_SMTP_DEFAULT", uri(password + "-wrong"))
+        reload_settings()
+        wrong = run_alert("--date", str(D1))
+        assert wrong.exit_code == 1 and "SMTPAuthenticationError" in wrong.stderr
+        assert f"cannot reach SMTP server smtp://alerts@127.0.0.1:{controller.port} (STARTTLS" in wrong.stderr
+
+        monkeypatch.setenv("AIRFLOW_CONN_SMTP_DEFAULT", uri(password))
+        reload_settings()
+        ok = run_alert("--date", str(D1))
+        assert ok.exit_code == 0, ok.output
+        assert [rcpt for rcpt, _ in inbox.messages] == [["pulsar-ops@localhost"]]
+        # Every login went over TLS (smtplib tries each mechanism the server offers); only the
+        # last one, with the right password, succeeded.
+        assert all(tls_on for _, _, tls_on in logins)
+        assert [good for _, good, _ in logins].index(True) == len(logins) - 1
+    finally:
+        controller.stop()
+
+    # Every log record but the test server's own (aiosmtpd logs the AUTH lines it reads).
+    logged = [f"{r.name} {r.getMessage()} {r.exc_text or ''}" for r in caplog.records if not r.name.startswith("mail.log")]
+    seen = "\n".join([wrong.output, wrong.stderr, ok.output, ok.stderr, *logged, *capfd.readouterr(),
+                      *(str(r) for r in read_table("alert_notifications").collect()),
+                      *(p.read_text(errors="replace") for p in settings.outbox.rglob("*.eml"))])
+    for secret in (password, password + "-wrong"):
+        raw = secret.encode()
+        forms = {secret, quote(secret, safe=""), quote_plus(secret), quote(secret),
+                 base64.b64encode(raw).decode(), base64.b64encode(b"\0alerts\0" + raw).decode(),
+                 base64.b64encode(b"alerts\0" + raw).decode()}
+        assert not [f for f in forms if f in seen], "password shown"

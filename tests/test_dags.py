@@ -99,7 +99,8 @@ def test_every_dag_loads_fast_without_errors_or_side_effects(dags):
 def test_daily_dag_graph_and_schedule(dags):
     daily = dags["dags"]["brokerlens_daily"]
     tasks = daily["tasks"]
-    order = ["land", "validate", "build", "alert", "report"]
+    # Each layer is validated before the next is built from it.
+    order = ["land", "validate_bronze", "build_silver", "validate_silver", "build_gold", "alert", "report"]
     assert set(tasks) == set(order)
     for before, after in zip(order, order[1:]):
         assert tasks[after]["upstream"] == [before]
@@ -114,17 +115,19 @@ def test_daily_dag_graph_and_schedule(dags):
         day = start + timedelta(days=i)
         assert datetime.fromisoformat(logical) == day == datetime.fromisoformat(begin)
         assert datetime.fromisoformat(end) == datetime.fromisoformat(run_after) == day + timedelta(days=1)
-    # Yesterday's closing debt and alert states feed today's: build and alert go day by day.
-    assert [t for t in order if tasks[t]["depends_on_past"]] == ["build", "alert"]
+    # Yesterday's policies (silver), closing debt (gold) and alert states feed today's: the build
+    # steps and alert go day by day.
+    assert [t for t in order if tasks[t]["depends_on_past"]] == ["build_silver", "build_gold", "alert"]
 
 
 def test_each_step_is_a_spark_submit_of_the_cli_with_retries_and_failure_mail(dags):
     tasks = dags["dags"]["brokerlens_daily"]["tasks"]
-    for stage, task in tasks.items():
+    for step, task in tasks.items():
         assert "SparkSubmitOperator" in task["classes"]
         assert task["conn_id"] == "spark_default"
         assert task["application"] == str(REPO / "spark" / "brokerlens" / "submit.py")
-        assert task["application_args"] == [stage, "--date", "{{ ds }}"]
+        stage, _, layer = step.partition("_")
+        assert task["application_args"] == [stage, *(["--layer", layer] if layer else []), "--date", "{{ ds }}"]
         assert task["retries"] == 2
         assert task["backoff"] == 2.0 and task["retry_delay"] == 120 and task["max_retry_delay"] == 1800
         assert task["on_failure"] == ["brokerlens.airflow_support.notify_failure"]
@@ -138,9 +141,10 @@ def test_each_step_declares_the_tables_it_writes_as_assets(dags):
     outlets = {stage: {a["name"] for a in t["outlets"]} for stage, t in tasks.items()}
     named = lambda tables: {f"brokerlens.{t}" for t in tables}  # noqa: E731
     assert outlets["land"] == named(layers["bronze"])
-    assert outlets["validate"] == named({"validation_results"})
-    built = set().union(*(layers.get(layer, set()) for layer in ("silver", "gold", "state")))
-    assert outlets["build"] == named(built - {"alert_notifications", "validation_results"})
+    assert outlets["validate_bronze"] == outlets["validate_silver"] == named({"validation_results"})
+    assert outlets["build_silver"] == named(layers["silver"])
+    gold = layers["gold"] | layers["state"]
+    assert outlets["build_gold"] == named(gold - {"alert_notifications", "validation_results"})
     # alert records what it sent and marks the day's alerts as notified.
     assert outlets["alert"] == named({"alert_notifications", "hole_alerts"})
     assert outlets["report"] == {"brokerlens.daily_report"}

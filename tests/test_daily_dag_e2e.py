@@ -2,7 +2,8 @@
 a real spark-submit, a real SMTP server receiving the mail.
 
 Asserted: every task succeeded and logged its stage's summary; the tables each step declares
-were written for the day; the mails received are exactly the messages `alert_notifications`
+were written for the day; each table was validated (bronze after land, silver before gold) with
+the row count it holds for the day; the mails received are exactly the messages `alert_notifications`
 records, about exactly the alerts of `hole_alerts` that are new, escalated or resolved; a second
 run of the same day changes no table and sends nothing; a failing step stops the later ones
 and mails the failure notification.
@@ -28,7 +29,7 @@ from test_collect import TOKEN, admin, fixture  # noqa: F401 (admin: the replayi
 pytestmark = pytest.mark.slow
 
 DAY = date(2026, 11, 21)
-STAGES = ["land", "validate", "build", "alert", "report"]
+STAGES = ["land", "validate_bronze", "build_silver", "validate_silver", "build_gold", "alert", "report"]
 
 
 @pytest.fixture(scope="module")
@@ -98,8 +99,8 @@ def test_daily_dag_end_to_end_then_rerun_changes_nothing(airflow_home, tmp_path)
         assert task_states(airflow_home, DAY) == {s: "success" for s in STAGES}
         # Each step's log has its stage's summary (StageResult.render, printed by the CLI and
         # copied line by line by the operator): the heading, then what it wrote.
-        for stage in STAGES:
-            assert re.search(rf"\] {stage} {DAY.isoformat()} +\[airflow\.task\.hooks", log), stage
+        for stage in STAGES:  # the heading of validate --layer bronze is "validate bronze <day>"
+            assert re.search(rf"\] {stage.replace('_', ' ')} {DAY.isoformat()} +\[airflow\.task\.hooks", log), stage
         assert re.search(r"\] bronze_dispatch: \d+ rows in \d+ files, version \d+ +\[airflow\.task", log)
         assert re.search(r"\] .*quarantined=\d+", log)
 
@@ -113,6 +114,16 @@ def test_daily_dag_end_to_end_then_rerun_changes_nothing(airflow_home, tmp_path)
         for t in declared_tables()["land"] + ["dispatch_periods", "cursor_ranges", "hole_alerts"]:
             assert before[t][1] or t == "quarantine", f"{t} has no rows for {DAY}"
         assert before["quarantine"][1], "demo data has deliberately bad records"
+
+        # Validation saw the data: every bronze and silver table, each with the rows it holds for
+        # the day, in the table and in the validation reports alike.
+        validated = {t: len(before[t][1]) for t in written if t.startswith("bronze_") or t in declared_tables()["build_silver"]}
+        assert all(validated.values()), validated
+        results = before["validation_results"][1]
+        assert {(r["table_name"], r["rows"]) for r in results} == set(validated.items())
+        reports = list((home / "reports" / "validation" / DAY.isoformat()).glob("*.json"))
+        assert len(reports) == 2  # validate_bronze, validate_silver
+        assert {(r["table_name"], r["rows"]) for p in reports for r in json.loads(p.read_text())} == set(validated.items())
 
         # The mails received are the messages alert_notifications records ...
         mails = sink.messages()
@@ -139,13 +150,13 @@ def test_daily_dag_end_to_end_then_rerun_changes_nothing(airflow_home, tmp_path)
         after = {t: table_snapshot(lake, t, DAY) for t in written}
         # Same rows in every table (a day's partitions are replaced by new versions with the
         # same rows); nothing appended to what was sent. validation_results is the history of
-        # validate runs: one more run, with as many results.
+        # validate runs: two more runs (bronze, silver), with as many results.
         history = "validation_results"
         assert {t: canonical(rows) for t, (_, rows) in after.items() if t != history} == {
             t: canonical(rows) for t, (_, rows) in before.items() if t != history}
         runs = lambda rows: Counter(r["run_at"] for r in rows)  # noqa: E731
         first_runs, all_runs = runs(before[history][1]), runs(after[history][1])
-        assert len(first_runs) == 1 and len(all_runs) == 2
+        assert len(first_runs) == 2 and len(all_runs) == 4
         assert set(all_runs.values()) == set(first_runs.values())
         assert after["alert_notifications"][0] == before["alert_notifications"][0]
         # Delta SQL by name: the re-run replaced the day (one more WRITE with its replaceWhere
@@ -174,17 +185,17 @@ def test_a_failing_step_stops_the_later_ones_and_mails_the_failure(airflow_home,
         log = run.stdout + run.stderr
         assert run.returncode != 0
         states = task_states(airflow_home, day)
-        assert states["land"] == "success" and states["validate"] == "failed", states
-        assert all(states[s] == "upstream_failed" for s in ["build", "alert", "report"]), states
+        assert states["land"] == "success" and states["validate_bronze"] == "failed", states
+        assert all(states[s] == "upstream_failed" for s in STAGES[2:]), states
         assert "validate failed (not retried)" in log
         mails = sink.messages()
     assert len(mails) == 1
     mail = mails[0]
-    assert mail["Subject"] == f"[brokerlens] brokerlens_daily {day.isoformat()}: validate failed"
+    assert mail["Subject"] == f"[brokerlens] brokerlens_daily {day.isoformat()}: validate_bronze failed"
     assert mail["To"] == "oncall@example.com"
     text = body_text(mail)
-    assert "step: validate" in text and f"day: {day.isoformat()}" in text
-    assert "Not run: alert, build, report." in text
+    assert "step: validate_bronze" in text and f"day: {day.isoformat()}" in text
+    assert "Not run: alert, build_gold, build_silver, report, validate_silver." in text
     # The mail says what failed: the CLI's summary, with the count of offending rows.
     policies = table_snapshot(home / "lake", "bronze_policies", day)[1]
     offending = sum(p["kind"] != "broker-config" for p in policies)

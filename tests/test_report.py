@@ -121,7 +121,7 @@ def seeded_day(spark):
         day=DAY, group_name="payments", recipients=["ops@example.com", "sre@example.com"], cluster="c1",
         namespace="shop/orders", topic="persistent://shop/orders/orders-partition-0", subscription="stuck",
         severity="critical", state="new", subject="[brokerlens] critical: stuck", message_id="<1@x>",
-        outbox_file="outbox/1.eml", sent_at=T0 + timedelta(hours=23, minutes=5))])
+        status="sent", outbox_file="outbox/1.eml", sent_at=T0 + timedelta(hours=23, minutes=5))])
     lint_base = dict(day=DAY, cluster="c1", topic="persistent://shop/orders/orders", config_hash="h",
                      first_seen=T0, last_seen=T0 + timedelta(hours=23), snapshots=24, partitions=8)
     put(spark, "producer_lint", [

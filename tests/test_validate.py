@@ -54,8 +54,47 @@ def test_validate_passes_then_fails_on_a_critical_expectation(spark, settings, t
     assert len(list((settings.reports / "validation" / "2026-11-21").glob("*.json"))) >= 1
 
 
-def test_every_bronze_and_silver_table_has_a_suite():
+def test_every_bronze_and_silver_table_has_a_suite_that_expects_rows():
     from brokerlens.schemas import table_schemas
 
     wanted = {n for n, s in table_schemas().items() if n.startswith("bronze_") or s.layer == "silver"}
-    assert wanted <= set(load_suites())
+    suites = load_suites()
+    assert wanted <= set(suites)
+    for table in wanted:
+        [rows] = [e for e in suites[table]["expectations"] if e["type"] == "expect_table_row_count_to_be_between"]
+        assert rows["kwargs"] == {"min_value": 1} and rows["meta"]["critical_when_landed"], table
+
+
+def test_bronze_layer_row_counts_warn_on_an_empty_day_and_fail_when_files_landed(spark, settings):
+    import shutil
+    from brokerlens.schemas import table_schemas
+
+    install_fixtures(settings, "2026-11-21")
+    shutil.rmtree(settings.landing / "2026-11-21" / "metrics")  # nothing landed for bronze_metrics
+    good, _, parsed = land_kind(dispatch, DAY, settings)
+    write_table(good, "bronze_dispatch", mode="replace", partitions=[{"day": DAY}])
+    parsed.unpersist()
+    landed = read_table("bronze_dispatch").where(f"day = '{DAY}'").count()
+    assert landed > 0
+
+    out = CliRunner().invoke(app, ["validate", "--layer", "bronze", "--date", "2026-11-21"])
+    # The other kinds had files but their tables were never landed: critical; metrics had none:
+    # a warning, logged.
+    assert out.exit_code == 1
+    for table, kind in [("bronze_internal_stats", "internal-stats"), ("bronze_policies", "policies"),
+                        ("bronze_producer_stats", "producer-stats"), ("bronze_topic_stats", "topic-stats")]:
+        assert f"{table} has no rows for 2026-11-21 although {kind} files landed for it" in out.output
+    assert "4 critical expectation(s) failed" in out.output
+    assert "WARNING brokerlens.validate: warning: bronze_metrics has no rows for 2026-11-21 (nothing landed for it)" in out.stderr
+
+    # Only the bronze suites ran, and each result row has the table's row count for the day.
+    results = read_table("validation_results").collect()
+    bronze = {n for n, s in table_schemas().items() if n.startswith("bronze_")}
+    assert {r["table_name"] for r in results} == bronze
+    counts = {r["table_name"]: r["rows"] for r in results}
+    assert counts == {t: landed if t == "bronze_dispatch" else 0 for t in bronze}
+    row_count = {r["table_name"]: (r["severity"], r["success"]) for r in results
+                 if r["expectation"] == "expect_table_row_count_to_be_between"}
+    # Critical wherever files landed (dispatch among them, which has rows), a warning for metrics.
+    assert row_count == {t: ("critical", True) if t == "bronze_dispatch" else
+                         ("warning", False) if t == "bronze_metrics" else ("critical", False) for t in bronze}

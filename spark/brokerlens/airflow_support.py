@@ -1,10 +1,10 @@
 """How a brokerlens stage becomes an Airflow task; the DAG files in ``dags/`` only wire these.
 
-- :class:`StageSubmitOperator` runs ``brokerlens <stage> --date {{ ds }}`` with spark-submit
+- :class:`StageSubmitOperator` runs ``brokerlens <stage> [--layer L] --date {{ ds }}`` with spark-submit
   (``brokerlens/submit.py``): the master comes from the ``spark_default`` connection, so moving
   to a cluster changes the connection, not the code. The stage's summary (rows in and out,
   quarantined, alerts sent) is on the command's stdout, which the operator copies to the task log.
-- :func:`stage_assets`: the Delta tables a stage writes, as Airflow assets, so that other DAGs
+- :func:`stage_assets`: the Delta tables a step writes, as Airflow assets, so that other DAGs
   can be scheduled on them (``schedule=[Asset.ref(name="brokerlens.hole_alerts")]``).
 - :func:`notify_failure`: the ``on_failure_callback``, one mail through the SMTP connection.
 - Connections live in Airflow (secrets backend, metastore or environment): a stage that needs
@@ -39,14 +39,19 @@ STAGE_FAILED_EXIT = 1
 
 SPARK_CONN_ID = "spark_default"
 
-# Which stages write a table follows from its layer in schemas/tables/*.yaml; the exceptions
-# are named here (validate keeps its results; alert records what it sent and marks the day's
-# hole_alerts as notified).
-_LAYER_STAGES = {"bronze": ("land",), "silver": ("build",), "gold": ("build",), "state": ("build",)}
+# Which steps (stage, or stage_layer for a stage run one layer at a time) write a table follows
+# from its layer in schemas/tables/*.yaml; the exceptions are named here (validate keeps its
+# results; alert records what it sent and marks the day's hole_alerts as notified).
+_LAYER_STAGES = {
+    "bronze": ("land",),
+    "silver": ("build", "build_silver"),
+    "gold": ("build", "build_gold"),
+    "state": ("build", "build_gold"),
+}
 _TABLE_STAGES = {
-    "validation_results": ("validate",),
+    "validation_results": ("validate", "validate_bronze", "validate_silver"),
     "alert_notifications": ("alert",),
-    "hole_alerts": ("build", "alert"),
+    "hole_alerts": ("build", "build_gold", "alert"),
 }
 REPORT_ASSET = Asset(name="brokerlens.daily_report", uri="x-brokerlens://reports/daily_report")
 
@@ -115,21 +120,23 @@ def _tee(lines: Iterable[str], tail: deque[str]) -> Iterator[str]:
 
 
 class StageSubmitOperator(SparkSubmitOperator):
-    """``brokerlens <stage> --date {{ ds }}`` through spark-submit.
+    """``brokerlens <stage> [--layer <layer>] --date {{ ds }}`` through spark-submit; the task
+    is named ``<stage>_<layer>`` when it runs one layer.
 
     A stage that fails on its data (exit code 1, e.g. a critical expectation) fails the task at
     once with the stage's own summary as the error; any other failure (a lost JVM, a busy
     cluster) is retried with back-off.
     """
 
-    def __init__(self, *, stage: str, connections: Iterable[str] = (), **kwargs: Any) -> None:
-        kwargs.setdefault("task_id", stage)
-        kwargs.setdefault("outlets", stage_assets(stage))
+    def __init__(self, *, stage: str, layer: str | None = None, connections: Iterable[str] = (), **kwargs: Any) -> None:
+        step = f"{stage}_{layer}" if layer else stage
+        kwargs.setdefault("task_id", step)
+        kwargs.setdefault("outlets", stage_assets(step))
         kwargs.setdefault("conn_id", SPARK_CONN_ID)
         super().__init__(
             application=str(SUBMIT_APP),
-            application_args=[stage, "--date", "{{ ds }}"],
-            name=f"brokerlens-{stage}-{{{{ ds }}}}",
+            application_args=[stage, *(["--layer", layer] if layer else []), "--date", "{{ ds }}"],
+            name=f"brokerlens-{step}-{{{{ ds }}}}",
             conf=spark_conf(),
             **kwargs,
         )

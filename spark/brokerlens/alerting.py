@@ -1,17 +1,30 @@
 """`brokerlens alert`: mail the day's hole-risk alerts, one message per recipient group.
 
 What is mailed: new, escalated and resolved alerts of ``hole_alerts`` for the day, and ongoing ones
-whose last mail is at least ``alerts.reminder_days`` old (or that were never mailed). Every message
-sent is recorded in ``alert_notifications`` (and copied as an .eml under the outbox) right after
-the SMTP server accepted it, so a re-run of the day sends nothing twice, and a failure part-way
-leaves exactly the messages that went out recorded.
+whose last mail is at least ``alerts.reminder_days`` old (or that were never mailed).
+
+Each message goes out at most once, also across a crash. Before it is handed to the SMTP server
+its rows are recorded in ``alert_notifications`` as ``pending``, with a Message-ID derived from
+the day, the group, the alerts and the recipients (the same on every run); once the server has
+accepted it, its copy is written under the outbox and the rows become ``sent``. A run that finds
+pending rows, left by a run that stopped in between, settles them first: a message whose outbox
+copy exists was accepted (recorded as sent, not mailed again), one without was not (mailed by
+this run). Recipients the server refuses are left out of the record, so a re-run mails only what
+the server did not accept. One window remains, between the server's reply and the outbox write:
+a crash exactly there mails the message again, with the same Message-ID, which mail systems
+recognise as a duplicate.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
+import os
 import re
+from dataclasses import dataclass, field
 from datetime import date, datetime, timezone
+from email.utils import parseaddr
 from fnmatch import fnmatchcase
 from pathlib import Path
 
@@ -26,10 +39,15 @@ from .spark import get_spark
 from .stage import StageFailed, StageResult
 from .schemas import table_schema
 from .tables import read_table, write_table
+from .times import utc
 
 log = logging.getLogger(__name__)
 
 MAILED_STATES = ("new", "escalated", "resolved")
+PENDING, SENT = "pending", "sent"
+# Crash tests: the process dies at this point of sending ("pending-recorded": before the server
+# has the message; "accepted": after it accepted it, before it is recorded as sent).
+CRASH_ENV = "BROKERLENS_TEST_ALERT_CRASH_AT"
 
 
 # ------------------------------------------------------------------------------ rendering
@@ -110,7 +128,7 @@ def _sort_key(alert: dict) -> tuple:
 
 def due_alerts(day: date, cfg: AlertSettings) -> list[dict]:
     """The day's alerts to mail (a few rows per subscription in trouble: collected)."""
-    notifications = read_table("alert_notifications")
+    notifications = read_table("alert_notifications").filter(F.col("status") == SENT)
     last = (
         notifications.filter(F.col("day") < F.lit(day))
         .groupBy(*KEY)
@@ -126,50 +144,106 @@ def due_alerts(day: date, cfg: AlertSettings) -> list[dict]:
         .join(last, KEY, "left")
         .filter(F.col("state").isin(*MAILED_STATES) | ((F.col("state") == "ongoing") & reminder))
     )
-    return sorted((r.asDict() for r in due.collect()), key=_sort_key)
+    rows = [{k: utc(v) if isinstance(v, datetime) else v for k, v in r.asDict().items()} for r in due.collect()]
+    return sorted(rows, key=_sort_key)
 
 
-def plan(day: date, cfg: AlertSettings, alerts: list[dict], already_sent: set[tuple]) -> list[tuple[RecipientGroup, list[dict]]]:
-    """(group, alerts) per message, leaving out what was already mailed to that group today."""
-    by_group: dict[str, tuple[RecipientGroup, list[dict]]] = {}
+@dataclass
+class Outgoing:
+    """One message: a group's alerts, to those of its addresses that have not had them today."""
+
+    group: RecipientGroup
+    to: tuple[str, ...]
+    alerts: list[dict] = field(default_factory=list)
+
+
+def plan(day: date, cfg: AlertSettings, alerts: list[dict], accepted: dict[tuple, set[str]]) -> list[Outgoing]:
+    """A message per group and recipient set, each alert to every address of its groups that
+    the server has not yet accepted it for today (``accepted``: (group, *KEY) -> addresses)."""
+    messages: dict[tuple[str, tuple[str, ...]], Outgoing] = {}
     for alert in alerts:
         for group in groups_for(alert["namespace"], cfg):
-            if (group.name, *(alert[k] for k in KEY)) in already_sent:
-                continue
-            by_group.setdefault(group.name, (group, []))[1].append(alert)
-    return [by_group[name] for name in sorted(by_group)]
+            done = accepted.get((group.name, *(alert[k] for k in KEY)), set())
+            to = tuple(a for a in group.to if a not in done)
+            if to:
+                messages.setdefault((group.name, to), Outgoing(group, to)).alerts.append(alert)
+    return [messages[k] for k in sorted(messages)]
 
 
-# ------------------------------------------------------------------------------ the stage
+def message_id(day: date, out: Outgoing, mail_from: str) -> str:
+    """The same on every run for the same day, group, alerts and recipients."""
+    facts = [day.isoformat(), out.group.name, sorted(out.to), sorted([a[k] for k in KEY] for a in out.alerts)]
+    digest = hashlib.sha256(json.dumps(facts).encode()).hexdigest()[:32]
+    domain = parseaddr(mail_from)[1].rpartition("@")[2] or "localhost"
+    return f"<brokerlens.{day:%Y%m%d}.{digest}@{domain}>"
 
 
-def _outbox_file(settings: Settings, day: date, group: str, sent_at: datetime) -> Path:
-    folder = settings.outbox / "alerts" / day.isoformat()
-    folder.mkdir(parents=True, exist_ok=True)
+# ------------------------------------------------------------------------------ the record
+
+
+def _outbox_file(settings: Settings, day: date, group: str, msg_id: str) -> Path:
     safe = re.sub(r"[^A-Za-z0-9._-]+", "_", group)
-    return folder / f"{sent_at:%Y%m%dT%H%M%S%f}-{safe}.eml"
+    return settings.outbox / "alerts" / day.isoformat() / f"{safe}-{hashlib.sha256(msg_id.encode()).hexdigest()[:16]}.eml"
 
 
-def _record(day: date, group: RecipientGroup, alerts: list[dict], subject: str, message_id: str,
-            outbox_file: Path, sent_at: datetime) -> None:
-    schema = table_schema("alert_notifications")
-    rows = [
+def _rows(day: date, out: Outgoing, subject: str, msg_id: str, outbox: Path, status: str,
+          recipients: list[str], sent_at: datetime | None) -> list[dict]:
+    return [
         {
-            "day": day, "group_name": group.name, "recipients": list(group.to), "cluster": a["cluster"],
+            "day": day, "group_name": out.group.name, "recipients": recipients, "cluster": a["cluster"],
             "namespace": a["namespace"], "topic": a["topic"], "subscription": a["subscription"],
-            "severity": a["severity"], "state": a["state"], "subject": subject, "message_id": message_id,
-            "outbox_file": str(outbox_file), "sent_at": sent_at.replace(tzinfo=None),
+            "severity": a["severity"], "state": a["state"], "subject": subject, "message_id": msg_id,
+            "status": status, "outbox_file": str(outbox), "sent_at": sent_at,
         }
-        for a in alerts
+        for a in out.alerts
     ]
-    frame = get_spark().createDataFrame([tuple(r[c] for c in schema.column_names) for r in rows], schema.struct)
-    write_table(frame, "alert_notifications", mode="append")
+
+
+def record(day: date, msg_id: str, rows: list[dict]) -> None:
+    """The one state change of ``alert_notifications``: the message's pending rows are replaced
+    by ``rows`` (pending rows before it is sent, sent rows once accepted, none when the server
+    did not take it); sent rows are never replaced. A MERGE on (day, message_id, status) would
+    do the same."""
+    schema = table_schema("alert_notifications")
+    kept = read_table("alert_notifications").filter(
+        (F.col("day") == F.lit(day)) & ((F.col("message_id") != msg_id) | (F.col("status") != PENDING))
+    )
+    # sent_at is aware (UTC): PySpark would read a naive one in the process's time zone.
+    new = get_spark().createDataFrame([tuple(r[c] for c in schema.column_names) for r in rows], schema.struct)
+    write_table(kept.unionByName(new), "alert_notifications", mode="replace", partitions=[{"day": day}])
+
+
+def settle_pending(day: date) -> list[str]:
+    """Messages left pending by a run that stopped: sent if their outbox copy exists (the server
+    had accepted them), else dropped, to be mailed again. A line per message."""
+    pending: dict[str, list[dict]] = {}
+    for r in read_table("alert_notifications").filter((F.col("day") == F.lit(day)) & (F.col("status") == PENDING)).collect():
+        pending.setdefault(r["message_id"], []).append(r.asDict())
+    lines = []
+    for msg_id, rows in sorted(pending.items()):
+        copy, group = Path(rows[0]["outbox_file"]), rows[0]["group_name"]
+        if copy.is_file():
+            sent_at = datetime.fromtimestamp(copy.stat().st_mtime, timezone.utc)
+            record(day, msg_id, [r | {"status": SENT, "sent_at": sent_at} for r in rows])
+            lines.append(f"{msg_id} to {group}: accepted before an earlier run stopped; recorded as sent, not mailed again")
+        else:
+            record(day, msg_id, [])
+            lines.append(f"{msg_id} to {group}: not sent by an earlier run that stopped; mailed now")
+    return lines
+
+
+def _crash_point(name: str) -> None:
+    if os.environ.get(CRASH_ENV) == name:
+        os._exit(137)
 
 
 def _mark_notified(day: date) -> None:
-    """hole_alerts.notified for the day, from what alert_notifications holds."""
+    """hole_alerts.notified for the day, from what alert_notifications holds as sent."""
     on_day = F.col("day") == F.lit(day)
-    sent = read_table("alert_notifications").filter(on_day).select(*KEY).distinct().withColumn("sent", F.lit(True))
+    sent = (
+        read_table("alert_notifications").filter(on_day & (F.col("status") == SENT))
+        .select(*KEY).distinct().withColumn("sent", F.lit(True))
+    )
     alerts = read_table("hole_alerts").filter(on_day)
     updated = (
         alerts.join(sent, KEY, "left")
@@ -179,16 +253,25 @@ def _mark_notified(day: date) -> None:
     write_table(updated, "hole_alerts", mode="replace", partitions=[{"day": day}])
 
 
+# ------------------------------------------------------------------------------ the stage
+
+
 def alert_day(day: date, settings: Settings, dry_run: bool = False) -> StageResult:
     cfg = settings.alerts
     result = StageResult("alert", day)
+    settled = [] if dry_run else settle_pending(day)
+    result.lines += settled
     alerts = due_alerts(day, cfg)
-    sent_today = read_table("alert_notifications").filter(F.col("day") == F.lit(day))
-    already = {tuple(r) for r in sent_today.select("group_name", *KEY).collect()}
-    messages = plan(day, cfg, alerts, already)
+    sent_today = read_table("alert_notifications").filter((F.col("day") == F.lit(day)) & (F.col("status") == SENT))
+    accepted: dict[tuple, set[str]] = {}
+    for r in sent_today.select("group_name", *KEY, "recipients").collect():
+        accepted.setdefault(tuple(r)[:-1], set()).update(r["recipients"])
+    messages = plan(day, cfg, alerts, accepted)
     result.metrics.update(alerts_due=len(alerts), messages=len(messages))
     if not messages:
-        result.lines.append("nothing to send" + (" (already sent today)" if already else ""))
+        result.lines.append("nothing to send" + (" (already sent today)" if accepted else ""))
+        if settled:
+            _mark_notified(day)
         if read_table("cursor_ranges").filter(F.col("day") == F.lit(day)).isEmpty():
             result.lines.append(f"cursor_ranges has no rows for {day}: was `brokerlens build --date {day}` run?")
         return result
@@ -196,32 +279,49 @@ def alert_day(day: date, settings: Settings, dry_run: bool = False) -> StageResu
     target = smtp_target(settings)
     if dry_run:
         result.lines.append(f"dry run: would send {len(messages)} message(s) via {target}; nothing sent or recorded")
-        for group, group_alerts in messages:
-            subject, text, _ = render(day, group, group_alerts, cfg)
-            result.lines.append(f"to {group.name} <{', '.join(group.to)}>: {subject}")
+        for out in messages:
+            subject, text, _ = render(day, out.group, out.alerts, cfg)
+            result.lines.append(f"to {out.group.name} <{', '.join(out.to)}>: {subject}")
             result.lines += [f"    {line}" if line else "" for line in text.splitlines()]
         return result
 
-    sent = 0
+    sent, problems = 0, []
     try:
         with smtp_session(target) as client:
-            for group, group_alerts in messages:
-                subject, text, html = render(day, group, group_alerts, cfg)
-                msg = build_message(subject, target.mail_from, list(group.to), text, html)
-                send(client, target, msg)
+            for out in messages:
+                subject, text, html = render(day, out.group, out.alerts, cfg)
+                msg_id = message_id(day, out, target.mail_from)
+                copy = _outbox_file(settings, day, out.group.name, msg_id)
+                msg = build_message(subject, target.mail_from, list(out.to), text, html, message_id=msg_id)
+                record(day, msg_id, _rows(day, out, subject, msg_id, copy, PENDING, list(out.to), None))
+                _crash_point("pending-recorded")
+                try:
+                    refused = send(client, target, msg, partial=True)
+                except MailError as exc:
+                    record(day, msg_id, [])  # the server did not take it: left for a re-run
+                    problems.append(str(exc))
+                    continue
                 sent_at = datetime.now(timezone.utc)
-                outbox = _outbox_file(settings, day, group.name, sent_at)
-                outbox.write_bytes(msg.as_bytes())
-                _record(day, group, group_alerts, subject, msg["Message-ID"], outbox, sent_at)
+                # The copy is the mark that the server accepted the message: written before the
+                # record, it tells a run after a crash here not to mail it again.
+                copy.parent.mkdir(parents=True, exist_ok=True)
+                copy.write_bytes(msg.as_bytes())
+                _crash_point("accepted")
+                to = [a for a in out.to if a not in refused]
+                record(day, msg_id, _rows(day, out, subject, msg_id, copy, SENT, to, sent_at))
                 sent += 1
-                result.lines.append(f"sent to {group.name} <{', '.join(group.to)}>: {subject} ({outbox})")
+                result.lines.append(f"sent to {out.group.name} <{', '.join(to)}>: {subject} ({copy})")
+                if refused:
+                    problems.append(f"SMTP server {target} refused {', '.join(refused)} for {subject!r}")
     except MailError as exc:
-        raise StageFailed(
-            f"{exc}\n{sent} of {len(messages)} alert message(s) sent and recorded; the others were not "
-            "sent and will be sent by a re-run"
-        ) from None
+        problems.append(str(exc))
     finally:
-        if sent:
+        if sent or settled:
             _mark_notified(day)
     result.metrics["sent"] = sent
+    if problems:
+        raise StageFailed(
+            "\n".join(problems) + f"\n{sent} of {len(messages)} alert message(s) sent and recorded; what the "
+            "server did not accept was not recorded and will be sent by a re-run"
+        )
     return result

@@ -1,4 +1,5 @@
-"""`brokerlens build`: silver, then the gold tables, for one day."""
+"""`brokerlens build`: silver, then the gold tables, for one day (``layer``: only one of the two,
+so that the silver tables can be validated before gold is built from them)."""
 
 from __future__ import annotations
 
@@ -9,19 +10,23 @@ from .progress import progress
 from .settings import Settings
 from .stage import StageResult
 
-# Order matters: gold steps read the silver tables of the day.
-BUILD_STEPS: tuple[tuple[str, str], ...] = (
-    ("silver", "brokerlens.silver:build_silver"),
-    ("dispatch", "brokerlens.dispatch:build_dispatch"),
-    ("holes", "brokerlens.holes:build_holes"),
-    ("producers", "brokerlens.producers:build_producers"),
+# Order matters: gold steps read the silver tables of the day. (layer, step, target)
+BUILD_STEPS: tuple[tuple[str, str, str], ...] = (
+    ("silver", "silver", "brokerlens.silver:build_silver"),
+    ("gold", "dispatch", "brokerlens.dispatch:build_dispatch"),
+    ("gold", "holes", "brokerlens.holes:build_holes"),
+    ("gold", "producers", "brokerlens.producers:build_producers"),
 )
+LAYERS = ("silver", "gold")
 
 
-def build_day(day: date, settings: Settings) -> StageResult:
-    result = StageResult("build", day)
-    with progress(f"build {day}", total=len(BUILD_STEPS), unit="steps") as shown:
-        for name, target in BUILD_STEPS:
+def build_day(day: date, settings: Settings, layer: str | None = None) -> StageResult:
+    if layer is not None and layer not in LAYERS:
+        raise ValueError(f"build layer must be one of {', '.join(LAYERS)}, not {layer!r}")
+    result = StageResult(f"build {layer}" if layer else "build", day)
+    steps = [(name, target) for step_layer, name, target in BUILD_STEPS if layer in (None, step_layer)]
+    with progress(f"build {day}", total=len(steps), unit="steps") as shown:
+        for name, target in steps:
             shown.note(name)
             step = resolve(target)(day, settings)
             result.writes += step.writes

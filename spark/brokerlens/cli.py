@@ -37,6 +37,16 @@ DayOption = Annotated[
 ]
 
 
+class ValidateLayer(str, Enum):
+    bronze = "bronze"
+    silver = "silver"
+
+
+class BuildLayer(str, Enum):
+    silver = "silver"
+    gold = "gold"
+
+
 class Format(str, Enum):
     table = "table"
     csv = "csv"
@@ -113,15 +123,21 @@ def land(day: DayOption) -> None:
 
 
 @app.command()
-def validate(day: DayOption) -> None:
+def validate(
+    day: DayOption,
+    layer: Annotated[Optional[ValidateLayer], typer.Option(help="Only this layer's suites (default: bronze and silver).")] = None,
+) -> None:
     """Run the Great Expectations suites on DAY's partitions; non-zero exit on a critical failure."""
-    _run_stage("validate", _day(day))
+    _run_stage("validate", _day(day), layer=layer and layer.value)
 
 
 @app.command()
-def build(day: DayOption) -> None:
+def build(
+    day: DayOption,
+    layer: Annotated[Optional[BuildLayer], typer.Option(help="Only this layer (default: silver, then gold).")] = None,
+) -> None:
     """Silver and gold tables for DAY."""
-    _run_stage("build", _day(day))
+    _run_stage("build", _day(day), layer=layer and layer.value)
 
 
 @app.command()
@@ -141,11 +157,12 @@ def report(day: DayOption) -> None:
 
 @app.command()
 def run(day: DayOption) -> None:
-    """land → validate → build → alert → report for DAY (what the daily DAG does)."""
-    from .pipeline import DAILY_STAGES
+    """land → validate bronze → build silver → validate silver → build gold → alert → report for
+    DAY (what the daily DAG does)."""
+    from .pipeline import DAILY_STEPS
 
-    for name in DAILY_STAGES:
-        _run_stage(name, _day(day))
+    for name, layer in DAILY_STEPS:
+        _run_stage(name, _day(day), **({"layer": layer} if layer else {}))
 
 
 @app.command()

@@ -515,7 +515,7 @@ def build_holes(day: date, settings: Settings) -> StageResult:
     hole_alerts = hole_alerts_frame(
         built,
         read_table("hole_alerts").filter(F.col("day") == F.lit(day - timedelta(days=1))),
-        read_table("alert_notifications"),
+        read_table("alert_notifications").filter(F.col("status") == "sent"),
         day,
         alerts,
     )

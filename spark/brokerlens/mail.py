@@ -115,16 +115,18 @@ def smtp_target(settings: Settings, environ: Mapping[str, str] | None = None) ->
 
 
 def build_message(
-    subject: str, mail_from: str, to: list[str], text: str, html: str | None = None
+    subject: str, mail_from: str, to: list[str], text: str, html: str | None = None,
+    message_id: str | None = None,
 ) -> EmailMessage:
-    """A message with a plain-text part and, when given, an HTML alternative."""
+    """A message with a plain-text part and, when given, an HTML alternative; a fresh
+    Message-ID unless the caller derives a stable one."""
     msg = EmailMessage()
     msg["Subject"] = subject
     msg["From"] = mail_from
     msg["To"] = ", ".join(to)
     msg["Date"] = formatdate(usegmt=True)
     domain = mail_from.rpartition("@")[2] or "localhost"
-    msg["Message-ID"] = make_msgid("brokerlens", domain=domain)
+    msg["Message-ID"] = message_id or make_msgid("brokerlens", domain=domain)
     msg.set_content(text)
     if html is not None:
         msg.add_alternative(html, subtype="html")
@@ -156,10 +158,14 @@ def smtp_session(target: SmtpTarget) -> Iterator[smtplib.SMTP]:
             client.close()
 
 
-def send(client: smtplib.SMTP, target: SmtpTarget, msg: EmailMessage) -> None:
+def send(client: smtplib.SMTP, target: SmtpTarget, msg: EmailMessage, partial: bool = False) -> list[str]:
+    """Hand the message to the server; a MailError when it took it for nobody. Returns the
+    recipients it refused: with ``partial`` the message went to the others, which the caller
+    records; without, any refusal is a MailError."""
     try:
         refused = client.send_message(msg)
     except (OSError, smtplib.SMTPException) as exc:
         raise MailError(f"SMTP server {target} did not take {msg['Subject']!r}: {type(exc).__name__}: {exc}") from None
-    if refused:
+    if refused and not partial:
         raise MailError(f"SMTP server {target} refused recipients {sorted(refused)} of {msg['Subject']!r}")
+    return sorted(refused)

@@ -25,8 +25,17 @@ STAGES: dict[str, str] = {
     "alert": "brokerlens.alerting:alert_day",
     "report": "brokerlens.report:report_day",
 }
-# What `brokerlens run` and the daily DAG do, in order.
-DAILY_STAGES = ("land", "validate", "build", "alert", "report")
+# What `brokerlens run` and the daily DAG do, in order: (stage, layer). Each layer is validated
+# before the next one is built from it.
+DAILY_STEPS: tuple[tuple[str, str | None], ...] = (
+    ("land", None),
+    ("validate", "bronze"),
+    ("build", "silver"),
+    ("validate", "silver"),
+    ("build", "gold"),
+    ("alert", None),
+    ("report", None),
+)
 
 
 def resolve(target: str) -> Callable[..., StageResult]:

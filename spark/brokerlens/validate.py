@@ -1,27 +1,37 @@
 """`brokerlens validate`: the Great Expectations suites in ``expectations/`` on a day's partitions.
 
-One suite (JSON) per bronze and silver table, named after the table. An expectation's
-``meta.severity`` is ``critical`` or ``warning`` (the default). Every result is kept: a row per
-expectation in the ``validation_results`` table (appended, with the run time) and the run's
-JSON under ``<reports>/validation/<day>/``. A failed critical expectation raises
-``StageFailed`` with a summary of what failed; warnings are reported and do not stop the day.
+One suite (JSON) per bronze and silver table, named after the table; ``layer`` runs only the
+suites of that layer's tables (the daily DAG validates bronze after land and silver before gold
+is built). An expectation's ``meta.severity`` is ``critical`` or ``warning`` (the default);
+``meta.critical_when_landed`` (landing kinds) makes it critical on a day when one of those kinds
+had files: every suite expects the day to have rows, which is only a warning on a day nothing
+landed for the table. Every result is kept: a row per expectation in the ``validation_results``
+table (appended, with the run time and the rows validated) and the run's JSON under
+``<reports>/validation/<day>/``. A failed critical expectation raises ``StageFailed`` with a
+summary of what failed; warnings are reported and do not stop the day.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 from datetime import date, datetime, timezone
 from pathlib import Path
 
 from pyspark.sql import functions as F
 
+from .schemas import table_schemas
 from .settings import Settings
 from .spark import get_spark
 from .stage import StageFailed, StageResult
 from .tables import read_table, write_table
 
+log = logging.getLogger(__name__)
+
 CRITICAL, WARNING = "critical", "warning"
+ROW_COUNT = "expect_table_row_count_to_be_between"
+LAYERS = ("bronze", "silver")
 
 
 def expectations_dir() -> Path:
@@ -61,15 +71,30 @@ def _detail(result: dict) -> str:
     return "" if observed is None else f"observed {observed}"
 
 
-def validate_day(day: date, settings: Settings) -> StageResult:
+def _landed(settings: Settings, day: date, kinds: list[str]) -> list[str]:
+    """The landing kinds among ``kinds`` that have files for the day."""
+    return [k for k in kinds if any(p.is_file() for p in (settings.landing / day.isoformat() / k).rglob("*"))]
+
+
+def _severity(meta: dict, settings: Settings, day: date) -> str:
+    if _landed(settings, day, meta.get("critical_when_landed", [])):
+        return CRITICAL
+    return meta.get("severity", WARNING)
+
+
+def validate_day(day: date, settings: Settings, layer: str | None = None) -> StageResult:
     import great_expectations as gx
 
+    if layer is not None and layer not in LAYERS:
+        raise ValueError(f"validate layer must be one of {', '.join(LAYERS)}, not {layer!r}")
     spark = get_spark(settings)
-    result = StageResult("validate", day)
+    result = StageResult(f"validate {layer}" if layer else "validate", day)
     run_at = datetime.now(timezone.utc).replace(microsecond=0)
     context, source = _context()
     rows, failures, warnings = [], [], []
-    for table, suite_doc in load_suites().items():
+    layers = {name: schema.layer for name, schema in table_schemas().items()}
+    suites = {t: doc for t, doc in load_suites().items() if layer in (None, layers.get(t))}
+    for table, suite_doc in suites.items():
         frame = read_table(table, settings=settings).where(F.col("day") == F.lit(day)).persist()
         count = frame.count()
         suite = gx.ExpectationSuite(name=suite_doc.get("name", table), expectations=suite_doc["expectations"])
@@ -83,7 +108,8 @@ def validate_day(day: date, settings: Settings) -> StageResult:
         for item in outcome.results:
             doc = item.to_json_dict()
             config = doc["expectation_config"]
-            severity = (config.get("meta") or {}).get("severity", WARNING)
+            meta = config.get("meta") or {}
+            severity = _severity(meta, settings, day)
             row = {
                 "day": day,
                 "run_at": run_at,
@@ -97,20 +123,28 @@ def validate_day(day: date, settings: Settings) -> StageResult:
                 "detail": _detail(doc),
             }
             rows.append(row)
-            if not item.success:
+            if item.success:
+                continue
+            if config["type"] == ROW_COUNT and count == 0:
+                landed = _landed(settings, day, meta.get("critical_when_landed", []))
+                line = f"{table} has no rows for {day}" + (
+                    f" although {', '.join(landed)} files landed for it" if landed else " (nothing landed for it)"
+                )
+                log.warning("%s: %s", severity, line)
+            else:
                 line = (
                     f"{table}: {row['expectation']}({row['column_name']}) failed"
                     f" on {row['unexpected_count'] if row['unexpected_count'] is not None else '?'} of {count} rows"
                     f" {row['detail']}".rstrip()
                 )
-                (failures if severity == CRITICAL else warnings).append(line)
+            (failures if severity == CRITICAL else warnings).append(line)
     history = spark.createDataFrame(rows, read_table("validation_results", settings=settings).schema)
     result.writes.append(write_table(history, "validation_results", mode="append", settings=settings))
     folder = settings.reports / "validation" / day.isoformat()
     folder.mkdir(parents=True, exist_ok=True)
     report = folder / f"{run_at.strftime('%Y%m%dT%H%M%SZ')}.json"
     report.write_text(json.dumps(rows, default=str, indent=1))
-    result.metrics.update(expectations=len(rows), critical_failed=len(failures), warnings=len(warnings))
+    result.metrics.update(tables=len(suites), expectations=len(rows), critical_failed=len(failures), warnings=len(warnings))
     result.lines += [f"warning: {w}" for w in warnings]
     result.lines.append(f"results: {report}")
     if failures:
