@@ -97,6 +97,7 @@ def limit_timeline(limits: DataFrame) -> DataFrame:
         staged.withColumn("_rank", F.row_number().over(latest))
         .where("_rank = 1")
         .withColumn("eff_to_us", F.lead("eff_from_us").over(ordered))
+        .withColumn("_rn", F.row_number().over(ordered))
     )
     before = ordered.rowsBetween(Window.unboundedPreceding, -1)
     upto = ordered.rowsBetween(Window.unboundedPreceding, Window.currentRow)
@@ -110,8 +111,15 @@ def limit_timeline(limits: DataFrame) -> DataFrame:
         ).withColumn(
             f"{m}_seg",
             F.sum(F.col(f"{m}_q").isNull().cast("int")).over(upto).cast("long"),
+        ).withColumn(
+            # Token bucket: every rate change builds a new, full bucket. The scope's first row
+            # (the limit in force at midnight) is carried over, not a change.
+            f"{m}_seg_tb",
+            F.sum((F.col(f"{m}_q").isNull() | (F.col("_rn") > 1)).cast("int"))
+            .over(upto)
+            .cast("long"),
         )
-    return staged.drop("_rank", "from_us")
+    return staged.drop("_rank", "_rn", "from_us")
 
 
 def _round(value: Column) -> Column:
@@ -155,17 +163,121 @@ def _quota_until(m: str, at_us: Column, prefix: str) -> Column:
     return F.col(f"{prefix}{m}_cum") + inside
 
 
+# ------------------------------------------------------------------------- limiter model
+
+CLASSIC, TOKEN_BUCKET = "classic", "token-bucket"
+FACTORY_KEY = "dispatchRateLimiterFactoryClassName"
+# Pulsar 3.2 (PIP-322) replaced the classic RateLimiter with AsyncTokenBucket.
+TOKEN_BUCKET_SINCE = (3, 2)
+
+
+def limiter_models(
+    brokers: DataFrame, policies: DataFrame, metrics: DataFrame, day: date, override: str = "auto"
+) -> DataFrame:
+    """The dispatch rate limiter each broker runs on ``day``: (cluster, broker, limiter_model,
+    limiter_model_source).
+
+    ``override`` (settings ``dispatch.limiter_model``) > broker config
+    ``dispatchRateLimiterFactoryClassName`` (bronze_policies, latest record in force by the end
+    of the day; a record without a broker holds for every broker of the cluster) > the broker's
+    version (``pulsar_version_info{version}`` in bronze_metrics, latest sample by the end of the
+    day: >= 3.2 token bucket) > classic. ``brokers``: the (cluster, broker) pairs to resolve.
+    """
+    if override != "auto":
+        return brokers.select(
+            "cluster", "broker", F.lit(override).alias("limiter_model"), F.lit("settings").alias("limiter_model_source")
+        )
+    end = F.to_timestamp(F.lit((day + timedelta(days=1)).isoformat()))
+    latest = lambda keys, at: Window.partitionBy(*keys).orderBy(F.col(at).desc())  # noqa: E731
+    factory = (
+        policies.where(
+            (F.col("kind") == "broker-config")
+            & (F.col("effective_at") < end)
+            & (F.col("removed") | F.map_contains_key("broker_config", F.lit(FACTORY_KEY)))
+        )
+        .withColumn("_n", F.row_number().over(latest(["cluster", "broker"], "effective_at")))
+        .where("_n = 1")
+        .select(
+            "cluster",
+            F.col("broker").alias("f_broker"),
+            # Pulsar's factories: DispatchRateLimiterFactoryClassic / ...AsyncTokenBucket.
+            F.when(F.col("removed"), F.lit(None))
+            .when(F.col("broker_config")[FACTORY_KEY].endswith("Classic"), F.lit(CLASSIC))
+            .when(F.col("broker_config")[FACTORY_KEY].endswith("AsyncTokenBucket"), F.lit(TOKEN_BUCKET))
+            .alias("f_model"),
+        )
+    )
+    version = F.col("labels")["version"]
+    major = F.regexp_extract(version, r"^(\d+)\.(\d+)", 1).cast("int")
+    minor = F.regexp_extract(version, r"^(\d+)\.(\d+)", 2).cast("int")
+    since_major, since_minor = TOKEN_BUCKET_SINCE
+    versions = (
+        metrics.where(
+            (F.col("metric") == "pulsar_version_info") & (F.col("collected_at") < end) & major.isNotNull()
+        )
+        .withColumn("_n", F.row_number().over(latest(["cluster", "broker"], "collected_at")))
+        .where("_n = 1")
+        .select(
+            F.col("cluster").alias("v_cluster"),
+            F.col("broker").alias("v_broker"),
+            F.concat(F.lit("version "), version).alias("v_source"),
+            F.when(
+                (major > since_major) | ((major == since_major) & (minor >= since_minor)), F.lit(TOKEN_BUCKET)
+            )
+            .otherwise(F.lit(CLASSIC))
+            .alias("v_model"),
+        )
+    )
+    specific = factory.where(F.col("f_broker").isNotNull()).select(
+        F.col("cluster").alias("s_cluster"), F.col("f_broker").alias("s_broker"), F.col("f_model").alias("s_model")
+    )
+    wide = factory.where(F.col("f_broker").isNull()).select("cluster", F.col("f_model").alias("w_model"))
+    resolved = (
+        brokers.join(specific, (F.col("cluster") == F.col("s_cluster")) & (F.col("broker") == F.col("s_broker")), "left")
+        .join(wide, "cluster", "left")
+        .join(versions, (F.col("cluster") == F.col("v_cluster")) & (F.col("broker") == F.col("v_broker")), "left")
+    )
+    config = F.coalesce("s_model", "w_model")
+    return resolved.select(
+        "cluster",
+        "broker",
+        F.coalesce(config, F.col("v_model"), F.lit(CLASSIC)).alias("limiter_model"),
+        F.when(config.isNotNull(), F.lit(f"broker-config {FACTORY_KEY}"))
+        .when(F.col("v_model").isNotNull(), F.col("v_source"))
+        .otherwise(F.lit("default"))
+        .alias("limiter_model_source"),
+    )
+
+
+def _with_model(rows: DataFrame, models: DataFrame | None) -> DataFrame:
+    """``limiter_model`` per row from its broker (classic when ``models`` has none)."""
+    if models is None:
+        return rows.withColumn("limiter_model", F.lit(CLASSIC))
+    m = models.select(
+        F.col("cluster").alias("m_cluster"), F.col("broker").alias("m_broker"), F.col("limiter_model").alias("m_model")
+    )
+    cond = (rows["cluster"] == m["m_cluster"]) & rows["broker"].eqNullSafe(m["m_broker"])
+    joined = rows.join(F.broadcast(m), cond, "left")
+    return joined.withColumn("limiter_model", F.coalesce("m_model", F.lit(CLASSIC))).drop(
+        "m_cluster", "m_broker", "m_model"
+    )
+
+
 # ------------------------------------------------------------------------- dispatch_periods
 
 
 def dispatch_periods(
-    intervals: DataFrame, limits: DataFrame, opening_debt: DataFrame | None = None
+    intervals: DataFrame,
+    limits: DataFrame,
+    opening_debt: DataFrame | None = None,
+    models: DataFrame | None = None,
 ) -> DataFrame:
     """Gold ``dispatch_periods`` rows from silver ``dispatch_intervals`` and ``rate_limits``.
 
     ``intervals`` and ``limits`` are the rows of one day (schemas/tables/dispatch_intervals.yaml,
     rate_limits.yaml); ``opening_debt`` is the previous day's ``debt_state`` partition (its
-    ``day`` is the day before; its debt enters at the next midnight). Returns exactly the
+    ``day`` is the day before; its debt enters at the next midnight); ``models`` the
+    ``limiter_models`` of the day (none: classic everywhere). Returns exactly the
     columns of schemas/tables/dispatch_periods.yaml, one row per input interval.
     """
     timeline = limit_timeline(limits)
@@ -204,7 +316,8 @@ def dispatch_periods(
         ).where("debt_msgs > 0 OR debt_bytes > 0")
         rows = rows.unionByName(markers)
 
-    rows = _with_limit(rows, timeline, "t0_us", "l_")
+    rows = _with_model(_with_limit(rows, timeline, "t0_us", "l_"), models)
+    token_bucket = F.col("limiter_model") == TOKEN_BUCKET
     count_unit = (
         F.when(F.col("l_count_entries") & F.col("entries").isNotNull(), F.lit("entries"))
         .when(F.col("l_count_entries"), F.lit("msgs-no-entries"))
@@ -222,7 +335,7 @@ def dispatch_periods(
     # start and end (``_q0``, ``_q1``) instead of the limit row it came from.
     rows = rows.select(
         *SCOPE, "day", "period_start", "interval_seconds", "grain", "msgs", "bytes", "entries",
-        "redelivered_msgs", "source", "t0_us", "is_record", "count_unit", "counted_msgs",
+        "redelivered_msgs", "source", "t0_us", "is_record", "count_unit", "counted_msgs", "limiter_model",
         F.col("l_period_seconds").alias("rate_period_seconds"),
         F.col("l_msg_q").alias("msg_limit"),
         F.col("l_byte_q").alias("byte_limit"),
@@ -234,7 +347,7 @@ def dispatch_periods(
             for column in (
                 _quota_until(m, F.col("t0_us"), "l_").alias(f"_q0_{name}"),
                 _quota_until(m, F.col("t1_us"), "l_").alias(f"_q1_{name}"),
-                F.col(f"l_{m}_seg").alias(f"_seg_{name}"),
+                F.when(token_bucket, F.col(f"l_{m}_seg_tb")).otherwise(F.col(f"l_{m}_seg")).alias(f"_seg_{name}"),
             )
         ],
     )  # fmt: skip
@@ -279,8 +392,15 @@ def dispatch_periods(
             F.when(seg == 0, F.lit(0)),  # day start, before any stretch without limit
         )
         limited = F.col(f"{m}_limit").isNotNull()
-        debt_in = p - floor
-        allowed = F.greatest(F.lit(0), F.col(f"quota_{name}") - debt_in)
+        # x: the recursion's state before and after the row. Classic: the debt itself. Token
+        # bucket (capacity = the limit, refilled by the quota, starts full): capacity - tokens,
+        # so tokens may go negative by x - capacity (the debt), and the allowance is the tokens
+        # at the start plus the refill during the row.
+        x_in, x_out = p - floor, s - F.least(floor, s)
+        cap, quota = F.col(f"{m}_limit"), F.col(f"quota_{name}")
+        debt_in = F.when(token_bucket, F.greatest(F.lit(0), x_in - cap)).otherwise(x_in)
+        allowed = F.greatest(F.lit(0), F.when(token_bucket, cap + quota - x_in).otherwise(quota - x_in))
+        debt_out = F.when(token_bucket, F.greatest(F.lit(0), x_out - cap)).otherwise(x_out)
         rows = (
             rows.withColumn(f"debt_in_{name}", F.when(limited, debt_in).otherwise(F.lit(0)))
             .withColumn(f"allowed_{name}", F.when(limited, allowed))
@@ -288,10 +408,8 @@ def dispatch_periods(
                 f"over_{name}",
                 F.when(limited, F.greatest(F.lit(0), d - F.col(f"allowed_{name}"))).otherwise(F.lit(0)),
             )
-            .withColumn(
-                f"debt_out_{name}",
-                F.when(limited, s - F.least(floor, s)).otherwise(F.lit(0)),
-            )
+            .withColumn(f"debt_out_{name}", F.when(limited, debt_out).otherwise(F.lit(0)))
+            .withColumn(f"tokens_out_{name}", F.when(limited & token_bucket, cap - x_out))
         )
     out = rows.where("is_record").transform(_over_causes).select(
         "day",
@@ -326,6 +444,9 @@ def dispatch_periods(
         "msg_source",
         "byte_source",
         "source",
+        "limiter_model",
+        "tokens_out_msgs",
+        "tokens_out_bytes",
     )
     return out
 
@@ -333,9 +454,11 @@ def dispatch_periods(
 def _over_causes(rows: DataFrame) -> DataFrame:
     """Split each row's over-delivery into the causes the telemetry can show (seed 002,
     "Limitations"): redelivery/seek/replay first (counted again by the broker), then batch
-    entries counted as one message when sizing reads (at most msgs - entries), then, for bytes,
-    the average-entry-size approximation (at most one average entry). The rest is unexplained
-    (concurrent replay and normal dispatch, read size)."""
+    entries counted as one message when sizing reads (at most msgs - entries); the rest of the
+    messages is unexplained (concurrent replay and normal dispatch, read size). Bytes: what
+    redelivery does not explain is the byte approximation: Pulsar sizes a read from the byte
+    allowance by an estimated (average) entry size and only counts the real bytes after
+    dispatching them, so any byte over-delivery comes from that estimate."""
     redelivered = F.coalesce(F.col("redelivered_msgs"), F.lit(0))
     per_msg = lambda total: F.when(  # noqa: E731 - one-line helper for a ratio
         F.col("msgs") > 0, _round(redelivered * total / F.col("msgs"))
@@ -345,11 +468,6 @@ def _over_causes(rows: DataFrame) -> DataFrame:
         (F.col("count_unit") == "msgs") & F.col("entries").isNotNull(),
         F.greatest(F.lit(0), F.col("msgs") - F.col("entries")),
     ).otherwise(F.lit(0))
-    entry_size = F.coalesce(
-        F.when(F.col("entries") > 0, F.col("bytes") / F.col("entries")),
-        F.when(F.col("msgs") > 0, F.col("bytes") / F.col("msgs")),
-        F.lit(0),
-    )
     return (
         rows.withColumn("over_redelivery_msgs", F.least(F.col("over_msgs"), red_units))
         .withColumn(
@@ -357,13 +475,7 @@ def _over_causes(rows: DataFrame) -> DataFrame:
             F.least(F.col("over_msgs") - F.col("over_redelivery_msgs"), batch_room),
         )
         .withColumn("over_redelivery_bytes", F.least(F.col("over_bytes"), per_msg(F.col("bytes"))))
-        .withColumn(
-            "over_approx_bytes",
-            F.least(
-                F.col("over_bytes") - F.col("over_redelivery_bytes"),
-                F.ceil(entry_size).cast("long"),
-            ),
-        )
+        .withColumn("over_approx_bytes", F.col("over_bytes") - F.col("over_redelivery_bytes"))
     )
 
 
@@ -393,9 +505,14 @@ def closing_debt(
             (F.unix_micros("period_start") + _round(F.col("interval_seconds") * _US)).alias(
                 "at_us"
             ),
-            F.col("debt_out_msgs").alias("debt_msgs"),
-            F.col("debt_out_bytes").alias("debt_bytes"),
+            *[
+                F.coalesce(F.col(f"{m}_limit") - F.col(f"tokens_out_{name}"), F.col(f"debt_out_{name}")).alias(
+                    f"debt_{name}"
+                )
+                for name, m in MEASURES
+            ],
             F.col("period_start").alias("last_period_start"),
+            "limiter_model",
         )
     )
     midnight_start = F.unix_micros(F.to_timestamp(F.lit(day.isoformat())))
@@ -408,6 +525,7 @@ def closing_debt(
                 "debt_msgs",
                 "debt_bytes",
                 F.lit(None).cast("timestamp").alias("last_period_start"),
+                F.coalesce("limiter_model", F.lit(CLASSIC)).alias("limiter_model"),
             )
         )
     end_us = (day + timedelta(days=1) - date(1970, 1, 1)).days * 86_400 * _US
@@ -415,10 +533,13 @@ def closing_debt(
     joined = _with_limit(joined, timeline, "_end_us", "e_")
     out = joined
     for name, m in MEASURES:
+        tb = F.col("limiter_model") == TOKEN_BUCKET
         reset = (
             F.col(f"a_{m}_q").isNull()
             | F.col(f"e_{m}_q").isNull()
-            | (F.col(f"e_{m}_seg") != F.col(f"a_{m}_seg"))
+            | F.when(tb, F.col(f"e_{m}_seg_tb") != F.col(f"a_{m}_seg_tb")).otherwise(
+                F.col(f"e_{m}_seg") != F.col(f"a_{m}_seg")
+            )
         )
         drain = _quota_until(m, F.col("_end_us"), "e_") - _quota_until(m, F.col("at_us"), "a_")
         out = out.withColumn(
@@ -428,7 +549,7 @@ def closing_debt(
             ),
         )
     return out.select(
-        F.lit(day).cast("date").alias("day"), *SCOPE, "debt_msgs", "debt_bytes", "last_period_start"
+        F.lit(day).cast("date").alias("day"), *SCOPE, "debt_msgs", "debt_bytes", "last_period_start", "limiter_model"
     )
 
 
@@ -468,10 +589,12 @@ def dispatch_daily(
         F.sum("over_redelivery_msgs").alias("_redelivery_msgs"),
         F.sum("over_redelivery_bytes").alias("_redelivery_bytes"),
         F.sum("over_approx_bytes").alias("_approx_bytes"),
+        F.max("limiter_model").alias("_model"),  # one per scope: the model of its broker that day
     )
-    out = _scope_join(agg, closing.select(*SCOPE, "debt_msgs", "debt_bytes"), "full_outer").select(
+    out = _scope_join(agg, closing.select(*SCOPE, "debt_msgs", "debt_bytes", "limiter_model"), "full_outer").select(
         *[F.coalesce(F.col(k), F.col(f"r_{k}")).alias(k) for k in SCOPE],
-        *[k for k in agg.columns if k not in SCOPE],
+        *[k for k in agg.columns if k not in SCOPE and k != "_model"],
+        F.coalesce(F.col("_model"), F.col("r_limiter_model"), F.lit(CLASSIC)).alias("limiter_model"),
         F.coalesce(F.col("r_debt_msgs"), F.lit(0)).alias("closing_debt_msgs"),
         F.coalesce(F.col("r_debt_bytes"), F.lit(0)).alias("closing_debt_bytes"),
     )
@@ -505,16 +628,12 @@ def dispatch_daily(
         )
         .withColumn("share_redelivery_bytes", share("_redelivery_bytes", "excess_bytes"))
         .withColumn("share_approx_bytes", share("_approx_bytes", "excess_bytes"))
-        .withColumn(
-            "share_other_bytes",
-            share(F.col("excess_bytes") - F.col("_redelivery_bytes") - F.col("_approx_bytes"), "excess_bytes"),
-        )
     )
     causes = [
         ("batch", F.col("share_batch_msgs")),
         ("redelivery", F.greatest("share_redelivery_msgs", "share_redelivery_bytes")),
         ("byte-approximation", F.col("share_approx_bytes")),
-        ("other", F.greatest("share_other_msgs", "share_other_bytes")),
+        ("other", F.col("share_other_msgs")),
     ]
     best = F.greatest(*[F.coalesce(v, F.lit(-1.0)) for _, v in causes])
     main = F.lit(None).cast("string")
@@ -612,10 +731,11 @@ def _build_one(day: date, settings: Settings, result: StageResult, summary: bool
     previous = state.where(F.col("day") == F.lit(day)).cache()
     previous.count()  # pin the stored closing debt before it is replaced
 
+    models = _day_models(day, settings, intervals, opening).cache()
     partition = [{"day": day}]
     result.writes.append(
         write_table(
-            dispatch_periods(intervals, limits, opening),
+            dispatch_periods(intervals, limits, opening, models),
             "dispatch_periods",
             "replace",
             partition,
@@ -643,6 +763,10 @@ def _build_one(day: date, settings: Settings, result: StageResult, summary: bool
             dispatch_periods_starved=totals["periods_starved"] or 0,
         )
         result.lines.extend(worst_scope_lines(stored))
+        result.lines.extend(
+            f"dispatch: {r['cluster']} {r['broker']}: {r['limiter_model']} limiter ({r['limiter_model_source']})"
+            for r in models.orderBy("cluster", "broker").collect()  # one row per broker
+        )
         if opening.limit(1).count() == 0:
             result.lines.append(
                 f"dispatch: no debt_state rows for {day - timedelta(days=1)}: started from zero debt"
@@ -650,4 +774,19 @@ def _build_one(day: date, settings: Settings, result: StageResult, summary: bool
     opening.unpersist()
     previous.unpersist()
     closing.unpersist()
+    models.unpersist()
     return changed
+
+
+# Days of bronze_metrics searched back for the broker's pulsar_version_info.
+VERSION_LOOKBACK_DAYS = 7
+
+
+def _day_models(day: date, settings: Settings, intervals: DataFrame, opening: DataFrame) -> DataFrame:
+    """``limiter_models`` for the brokers with dispatch rows or carried debt on ``day``."""
+    brokers = intervals.select("cluster", "broker").unionByName(opening.select("cluster", "broker")).distinct()
+    policies = read_table("bronze_policies", settings=settings).where(F.col("day") <= F.lit(day))
+    metrics = read_table("bronze_metrics", settings=settings).where(
+        (F.col("day") <= F.lit(day)) & (F.col("day") >= F.lit(day - timedelta(days=VERSION_LOOKBACK_DAYS)))
+    )
+    return limiter_models(brokers, policies, metrics, day, settings.dispatch.limiter_model)
