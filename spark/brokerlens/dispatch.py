@@ -8,6 +8,12 @@ periods. With quota q per period (``ratePeriodInSecond``)::
     over     = max(0, delivered - allowed)
     debt_out = max(0, debt_in + delivered - q)
 
+That is the classic limiter (``RateLimiter``). Since 3.2 brokers run ``AsyncTokenBucket``
+(capacity = the limit, starts full, tokens may go negative); the same recursion x gives its
+read-outs: tokens = limit - x, allowed = max(0, limit + quota - debt_in x), debt = max(0, x - limit),
+and every rate change restarts from a full bucket (a new segment, as an unlimited stretch does
+for both). ``limiter_models`` picks the model per broker and day (README "Dispatch throttling").
+
 This is Lindley's recursion. With S_t the running sum of (delivered - quota) and P_t the value
 just before row t (after the empty periods since the previous row drained the debt),
 ``debt_out_t = S_t - min(0, min_k P_k, min_k S_k)``. Both are computed with window functions:
