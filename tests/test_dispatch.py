@@ -675,3 +675,44 @@ def test_brokers_of_both_versions_get_their_own_model(spark):
         D1,
     )  # fmt: skip
     assert {r["broker"]: r["limiter_model"] for r in daily.collect()} == {old: CLASSIC, new: TB}
+
+
+def stats_row(minute, sub, by_sub=None, by_topic=None, by_broker=None, topic=None):
+    return {
+        "day": D1, "collected_at": at(D1, minute * 60), "cluster": "c1", "broker": BROKER,
+        "topic": topic or partition("orders", 0), "subscription": sub,
+        "dispatch_throttled_msg_events_by_subscription_limit": by_sub,
+        "dispatch_throttled_bytes_events_by_subscription_limit": None if by_sub is None else 0,
+        "dispatch_throttled_msg_events_by_topic_limit": by_topic,
+        "dispatch_throttled_msg_events_by_broker_limit": by_broker,
+        "source_file": "topic-stats/x.json", "ingested_at": at(D1, 0),
+    }  # fmt: skip
+
+
+def test_pulsar_throttle_counters_next_to_the_model(spark):
+    """PIP-406 counters per scope and day beside the periods the model found exhausted.
+    s1: 5 -> 9 -> 2 (reload) -> 6 by the subscription limit: 4 + 2 + 4 = 10 events; s2 by the
+    topic limit 1 -> 4: 3, s1's topic-limit counter 0 -> 1 -> 0 (reload) -> 2: 1 + 0 + 2 = 3, so
+    the topic scope has 6. Broker
+    limit 1 -> 2 on s1: 1. A Pulsar 3.x snapshot (null counters) leaves s3 null."""
+    t = partition("orders", 0)
+    stats = frame(spark, "bronze_topic_stats", [
+        stats_row(0, "s1", 5, 0, 1), stats_row(1, "s1", 9, 1, 1), stats_row(2, "s1", 2, 0, 2),
+        stats_row(3, "s1", 6, 2, 2),
+        stats_row(0, "s2", 0, 1, 0), stats_row(3, "s2", 0, 4, 0),
+        stats_row(0, "s3"), stats_row(3, "s3"),
+    ])  # fmt: skip
+    from brokerlens.dispatch import throttle_events
+
+    intervals = [interval("subscription", s, m, topic=t, subscription="s1") for s, m in [(0, 30), (1, 0), (2, 5)]]
+    intervals += [interval("subscription", 0, 3, topic=t, subscription="s3")]
+    limits = frame(spark, "rate_limits", [limit("subscription", 10, topic=t)])
+    periods = dispatch_periods(frame(spark, "dispatch_intervals", intervals), limits)
+    daily = dispatch_daily(periods, None, closing_debt(periods, limits, None, D1), D1, throttle_events(stats))
+    by_sub = {r["subscription"]: r for r in daily.collect()}
+    # Classic: 30 >= 10 allowed, 0 >= 0 allowed (debt 20), 5 >= 0 allowed (debt 10): 3 exhausted.
+    assert (by_sub["s1"]["periods_exhausted"], by_sub["s1"]["pulsar_throttled_msg_events"]) == (3, 4 + 2 + 4)
+    assert by_sub["s1"]["pulsar_throttled_bytes_events"] == 0
+    assert (by_sub["s3"]["periods_exhausted"], by_sub["s3"]["pulsar_throttled_msg_events"]) == (0, None)
+    events = {(r["level"], r["subscription"]): r["pulsar_throttled_msg_events"] for r in throttle_events(stats).collect()}
+    assert events[("topic", None)] == 3 + 3 and events[("broker", None)] == 1

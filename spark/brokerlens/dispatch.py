@@ -571,13 +571,72 @@ def _scope_join(left: DataFrame, right: DataFrame, how: str) -> DataFrame:
     return left.join(r, cond, how)
 
 
+# ------------------------------------------------------------------- Pulsar's throttle counters
+
+THROTTLE_LEVELS = ("subscription", "topic", "broker")
+
+
+def throttle_events(topic_stats: DataFrame) -> DataFrame:
+    """PIP-406 counters of the day per dispatch scope: (SCOPE, pulsar_throttled_msg_events,
+    pulsar_throttled_bytes_events).
+
+    Each subscription's ``dispatchThrottled{Msg,Bytes}EventsBy{Subscription,Topic,Broker}Limit``
+    counts since its dispatcher started: the day's events are the increases between successive
+    snapshots of the day (a lower value after a topic reload counts from 0). The subscription
+    limit's events are the subscription scope's; the topic limit's, summed over the topic
+    partition's subscriptions, the topic scope's; the broker limit's, summed over the broker,
+    the broker scope's. Null where Pulsar (< 4.0) does not report them.
+    """
+    series = Window.partitionBy("cluster", "broker", "topic", "subscription").orderBy("collected_at")
+    subs = topic_stats.where(F.col("subscription").isNotNull())
+    columns = []
+    for level in THROTTLE_LEVELS:
+        for unit in ("msg", "bytes"):
+            c = F.col(f"dispatch_throttled_{unit}_events_by_{level}_limit")
+            before = F.lag(c).over(series)
+            # First snapshot of the day: no increase seen yet (0); reset: counted from 0.
+            columns.append(
+                F.when(c.isNull(), F.lit(None))
+                .when(before.isNull(), F.lit(0))
+                .when(c >= before, c - before)
+                .otherwise(c)
+                .alias(f"{level}_{unit}")
+            )
+    deltas = subs.select("cluster", "broker", "topic", "subscription", *columns)
+
+    def per(level: str, keys: list[str]) -> DataFrame:
+        agg = deltas.groupBy(*keys).agg(
+            F.sum(f"{level}_msg").alias("pulsar_throttled_msg_events"),
+            F.sum(f"{level}_bytes").alias("pulsar_throttled_bytes_events"),
+        )
+        return agg.select(
+            F.lit(level).alias("level"),
+            *[F.col(k) if k in keys else F.lit(None).cast("string").alias(k) for k in SCOPE[1:]],
+            "pulsar_throttled_msg_events",
+            "pulsar_throttled_bytes_events",
+        )
+
+    return (
+        per("subscription", ["cluster", "broker", "topic", "subscription"])
+        .unionByName(per("topic", ["cluster", "broker", "topic"]))
+        .unionByName(per("broker", ["cluster", "broker"]))
+    )
+
+
 # ---------------------------------------------------------------------------- dispatch_daily
 
 
 def dispatch_daily(
-    periods: DataFrame, opening_debt: DataFrame | None, closing: DataFrame, day: date
+    periods: DataFrame,
+    opening_debt: DataFrame | None,
+    closing: DataFrame,
+    day: date,
+    events: DataFrame | None = None,
 ) -> DataFrame:
-    """Gold ``dispatch_daily``: one row per scope of the day (with rows or with carried debt)."""
+    """Gold ``dispatch_daily``: one row per scope of the day (with rows or with carried debt).
+
+    ``events``: ``throttle_events`` of the day, put next to ``periods_exhausted`` (where the
+    model says the allowance was used up); null when Pulsar did not report them."""
     agg = periods.groupBy(*SCOPE).agg(
         F.when(F.countDistinct("grain") > 1, F.lit("mixed")).otherwise(F.first("grain")).alias("grain"),
         F.count(F.lit(1)).alias("periods"),
@@ -591,6 +650,12 @@ def dispatch_daily(
         F.max("debt_out_msgs").alias("max_debt_msgs"),
         F.max("debt_out_bytes").alias("max_debt_bytes"),
         F.sum(F.col("starved").cast("int")).alias("periods_starved"),
+        F.sum(
+            (
+                F.coalesce(F.col("counted_msgs") >= F.col("allowed_msgs"), F.lit(False))
+                | F.coalesce(F.col("bytes") >= F.col("allowed_bytes"), F.lit(False))
+            ).cast("int")
+        ).alias("periods_exhausted"),
         F.sum("over_batch_msgs").alias("_batch_msgs"),
         F.sum("over_redelivery_msgs").alias("_redelivery_msgs"),
         F.sum("over_redelivery_bytes").alias("_redelivery_bytes"),
@@ -615,10 +680,21 @@ def dispatch_daily(
         out = out.withColumn("opening_debt_msgs", F.lit(0)).withColumn("opening_debt_bytes", F.lit(0))
     counts = [
         "periods", "msgs", "bytes", "periods_over", "periods_over_msgs", "periods_over_bytes",
-        "excess_msgs", "excess_bytes", "max_debt_msgs", "max_debt_bytes", "periods_starved",
+        "excess_msgs", "excess_bytes", "max_debt_msgs", "max_debt_bytes", "periods_starved", "periods_exhausted",
         "_batch_msgs", "_redelivery_msgs", "_redelivery_bytes", "_approx_bytes",
     ]  # fmt: skip
     out = out.fillna(0, subset=counts).fillna("period", subset=["grain"])
+    if events is not None:
+        columns = out.columns
+        out = _scope_join(out, events, "left").select(
+            *columns,
+            F.col("r_pulsar_throttled_msg_events").alias("pulsar_throttled_msg_events"),
+            F.col("r_pulsar_throttled_bytes_events").alias("pulsar_throttled_bytes_events"),
+        )
+    else:
+        out = out.withColumn("pulsar_throttled_msg_events", F.lit(None).cast("long")).withColumn(
+            "pulsar_throttled_bytes_events", F.lit(None).cast("long")
+        )
 
     def share(part: str | Column, total: str) -> Column:
         part = F.col(part) if isinstance(part, str) else part
@@ -754,7 +830,8 @@ def _build_one(day: date, settings: Settings, result: StageResult, summary: bool
     new = closing.select(*SCOPE, "debt_msgs", "debt_bytes")
     changed = bool(old.exceptAll(new).limit(1).count() or new.exceptAll(old).limit(1).count())
     result.writes.append(write_table(closing, "debt_state", "replace", partition, settings=settings))
-    daily = dispatch_daily(periods, opening, closing, day)
+    topic_stats = read_table("bronze_topic_stats", settings=settings).where(F.col("day") == F.lit(day))
+    daily = dispatch_daily(periods, opening, closing, day, throttle_events(topic_stats))
     result.writes.append(write_table(daily, "dispatch_daily", "replace", partition, settings=settings))
     if summary:
         stored = read_table("dispatch_daily", settings=settings).where(F.col("day") == F.lit(day))
