@@ -716,3 +716,36 @@ def test_pulsar_throttle_counters_next_to_the_model(spark):
     assert (by_sub["s3"]["periods_exhausted"], by_sub["s3"]["pulsar_throttled_msg_events"]) == (0, None)
     events = {(r["level"], r["subscription"]): r["pulsar_throttled_msg_events"] for r in throttle_events(stats).collect()}
     assert events[("topic", None)] == 3 + 3 and events[("broker", None)] == 1
+
+
+def backlog_rows(spark, points):
+    """cursor_snapshots rows: (subscription, seconds from midnight, msg_backlog)."""
+    from brokerlens.dispatch import backlog_intervals
+
+    t = partition("orders", 0)
+    rows = [{"day": D1, "snapshot_at": at(D1, sec), "cluster": "c1", "broker": BROKER, "namespace": "tenant/ns",
+             "topic": t, "subscription": sub, "ranges_source": "topic-stats", "msg_backlog": n,
+             "source_file": "x"} for sub, sec, n in points]  # fmt: skip
+    return backlog_intervals(frame(spark, "cursor_snapshots", rows))
+
+
+def test_starved_counts_empty_periods_with_backlog(spark):
+    """30 at second 0 at 10/s, next record at second 10. Classic: x = 20, so seconds 1 and 2 have
+    allowance 0 (debt 20, then 10): 2 empty starved periods with backlog (s1: backlog 100 from
+    second 0). s2: backlog 0 all along: none. s3: backlog only from second 2: 1. Token bucket:
+    x = 20 leaves only second 1 at 0 (2q - 20 = 0; then 2q - 10 = 10): 1. The topic scope
+    (backlog summed over s1..s3) is not in the data. The daily count adds them to starved rows."""
+    t = partition("orders", 0)
+    intervals = [interval("subscription", s, m, topic=t, subscription=sub)
+                 for sub in ("s1", "s2", "s3") for s, m in [(0, 30), (10, 1)]]  # fmt: skip
+    backlog = backlog_rows(spark, [("s1", 0, 100), ("s2", 0, 0), ("s3", 0, 0), ("s3", 2, 5)])
+    limits = [limit("subscription", 10, topic=t)]
+    for model, expected in ((CLASSIC, {"s1": 2, "s2": 0, "s3": 1}), (TB, {"s1": 1, "s2": 0, "s3": 0})):
+        periods = dispatch_periods(frame(spark, "dispatch_intervals", intervals), frame(spark, "rate_limits", limits),
+                                   None, models_frame(spark, {BROKER: model}), backlog)  # fmt: skip
+        rows = {(r["subscription"], offset(r)): r for r in periods.collect()}
+        assert {sub: rows[(sub, 0)]["starved_empty_periods"] for sub in expected} == expected, model
+        assert all(rows[(sub, 10)]["starved_empty_periods"] == 0 for sub in expected)  # 1 msg, no debt
+        limits_df = frame(spark, "rate_limits", limits)
+        daily = dispatch_daily(periods, None, closing_debt(periods, limits_df, None, D1), D1)
+        assert {r["subscription"]: r["periods_starved"] for r in daily.collect()} == expected

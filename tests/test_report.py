@@ -46,7 +46,7 @@ def period(scope, at, msgs, quota, debt_in):
         quota_msgs=quota, debt_in_msgs=debt_in, allowed_msgs=allowed, over_msgs=max(0, msgs - allowed),
         debt_out_msgs=max(0, debt_in + msgs - quota), debt_in_bytes=0, over_bytes=0, debt_out_bytes=0,
         starved=allowed == 0, over_batch_msgs=0, over_redelivery_msgs=0, over_redelivery_bytes=0,
-        over_approx_bytes=0, source="dispatch", limiter_model="classic",
+        over_approx_bytes=0, source="dispatch", limiter_model="classic", starved_empty_periods=0,
     )
 
 

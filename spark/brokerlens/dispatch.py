@@ -277,13 +277,15 @@ def dispatch_periods(
     limits: DataFrame,
     opening_debt: DataFrame | None = None,
     models: DataFrame | None = None,
+    backlog: DataFrame | None = None,
 ) -> DataFrame:
     """Gold ``dispatch_periods`` rows from silver ``dispatch_intervals`` and ``rate_limits``.
 
     ``intervals`` and ``limits`` are the rows of one day (schemas/tables/dispatch_intervals.yaml,
     rate_limits.yaml); ``opening_debt`` is the previous day's ``debt_state`` partition (its
     ``day`` is the day before; its debt enters at the next midnight); ``models`` the
-    ``limiter_models`` of the day (none: classic everywhere). Returns exactly the
+    ``limiter_models`` of the day (none: classic everywhere); ``backlog`` the
+    ``backlog_intervals`` (none: empty periods are never counted as starved). Returns exactly the
     columns of schemas/tables/dispatch_periods.yaml, one row per input interval.
     """
     timeline = limit_timeline(limits)
@@ -416,8 +418,9 @@ def dispatch_periods(
             )
             .withColumn(f"debt_out_{name}", F.when(limited, debt_out).otherwise(F.lit(0)))
             .withColumn(f"tokens_out_{name}", F.when(limited & token_bucket, cap - x_out))
+            .withColumn(f"_x_out_{name}", F.when(limited, x_out))
         )
-    out = rows.where("is_record").transform(_over_causes).select(
+    out = rows.transform(lambda r: _with_starved_empty(r, backlog)).where("is_record").transform(_over_causes).select(
         "day",
         *SCOPE,
         "period_start",
@@ -443,6 +446,7 @@ def dispatch_periods(
             F.coalesce(F.col("allowed_msgs") == 0, F.lit(False))
             | F.coalesce(F.col("allowed_bytes") == 0, F.lit(False))
         ).alias("starved"),
+        "starved_empty_periods",
         "over_batch_msgs",
         "over_redelivery_msgs",
         "over_redelivery_bytes",
@@ -455,6 +459,110 @@ def dispatch_periods(
         "tokens_out_bytes",
     )
     return out
+
+
+def backlog_intervals(snapshots: DataFrame) -> DataFrame:
+    """Stretches with backlog per dispatch scope, from silver ``cursor_snapshots``: (level,
+    cluster, _bk, from_us, to_us), each snapshot with msgBacklog > 0 until the next snapshot of
+    the scope (open-ended for the last). A subscription's own backlog; a topic partition's or a
+    broker's: the sum over its subscriptions at the same collection."""
+    levels = {
+        "subscription": ["topic", "subscription"],
+        "topic": ["topic"],
+        "broker": ["broker"],
+    }
+    frames = []
+    for level, keys in levels.items():
+        summed = snapshots.groupBy("cluster", *keys, "snapshot_at").agg(F.sum("msg_backlog").alias("backlog"))
+        series = Window.partitionBy("cluster", *keys).orderBy("snapshot_at")
+        frames.append(
+            summed.select(
+                F.lit(level).alias("level"),
+                "cluster",
+                F.concat_ws("\u0000", *keys).alias("_bk"),
+                F.unix_micros("snapshot_at").alias("from_us"),
+                F.unix_micros(F.lead("snapshot_at").over(series)).alias("to_us"),
+                "backlog",
+            ).where("backlog > 0")
+        )
+    return frames[0].unionByName(frames[1]).unionByName(frames[2]).drop("backlog")
+
+
+def _backlog_key() -> Column:
+    return (
+        F.when(F.col("level") == "subscription", F.concat_ws("\u0000", "topic", "subscription"))
+        .when(F.col("level") == "topic", F.col("topic"))
+        .otherwise(F.col("broker"))
+    )
+
+
+def _with_starved_empty(rows: DataFrame, backlog: DataFrame | None) -> DataFrame:
+    """``starved_empty_periods``: periods without a record whose allowance is 0 because of debt
+    while the scope has backlog (the latest cursor snapshot at or before the period start shows
+    msgBacklog > 0), in the gap after each row up to the next row or midnight. The gap after the
+    opening debt (before the day's first row) is counted on that first row.
+
+    After a row the state x drains by the limit each period: the allowance stays 0 for
+    floor(x / limit) periods (classic) or floor(x / limit) - 1 (token bucket, which also has the
+    refill); messages or bytes, whichever lasts longer. The limit of the row is used for the
+    whole gap. Periods before the first snapshot known are not counted (no backlog known)."""
+    if backlog is None:
+        return rows.withColumn("starved_empty_periods", F.lit(0).cast("long"))
+    scope = Window.partitionBy(*SCOPE).orderBy("t0_us", "is_record")
+    p_us = F.col("rate_period_seconds").cast("long") * F.lit(_US)
+    t1 = F.col("t0_us") + _round(F.col("interval_seconds") * _US)
+    zero = F.greatest(
+        *[
+            F.coalesce(
+                F.when(
+                    F.col("limiter_model") == TOKEN_BUCKET,
+                    F.greatest(F.lit(0), F.floor(F.col(f"_x_out_{name}") / F.col(f"{m}_limit")) - 1),
+                ).otherwise(F.floor(F.col(f"_x_out_{name}") / F.col(f"{m}_limit"))),
+                F.lit(0),
+            )
+            for name, m in MEASURES
+        ]
+    )
+    next_t0 = F.lead("t0_us").over(scope)
+    end = F.coalesce(next_t0, F.unix_micros(F.to_timestamp(F.date_add("day", 1))))
+    gaps = (
+        rows.withColumn("_g_from", t1)
+        .withColumn("_g_p", p_us)
+        .withColumn("_g_n", F.least(F.floor((end - F.col("_g_from")) / F.col("_g_p")), zero).cast("long"))
+        # The opening debt's gap belongs to the day's first row.
+        .withColumn("_g_owner", F.when(F.col("is_record"), F.col("t0_us")).otherwise(next_t0))
+        .where("_g_n > 0 AND _g_owner IS NOT NULL")
+        .select(*SCOPE, "_g_owner", "_g_from", "_g_p", "_g_n", _backlog_key().alias("_bk"))
+    )
+    b = backlog.select(
+        F.col("level").alias("b_level"), F.col("cluster").alias("b_cluster"), F.col("_bk").alias("b_bk"),
+        "from_us", "to_us",
+    )
+    g_to = F.col("_g_from") + F.col("_g_n") * F.col("_g_p")
+    joined = gaps.join(
+        b,
+        (F.col("level") == F.col("b_level"))
+        & (F.col("cluster") == F.col("b_cluster"))
+        & (F.col("_bk") == F.col("b_bk"))
+        & (F.col("from_us") < g_to)
+        & (F.col("to_us").isNull() | (F.col("to_us") > F.col("_g_from"))),
+    )
+    lo = F.greatest(F.col("from_us"), F.col("_g_from")) - F.col("_g_from")
+    hi = F.least(F.coalesce(F.col("to_us"), g_to), g_to) - F.col("_g_from")
+    # Period starts _g_from + k * p (k >= 0) inside [lo, hi): ceil(hi / p) - ceil(lo / p).
+    def ceil_div(x: Column) -> Column:
+        return F.floor((x + F.col("_g_p") - 1) / F.col("_g_p"))
+
+    counted = joined.groupBy(*SCOPE, "_g_owner").agg(F.sum(ceil_div(hi) - ceil_div(lo)).alias("_starved_empty"))
+    c = counted.select(*[F.col(k).alias(f"c_{k}") for k in SCOPE], "_g_owner", "_starved_empty")
+    cond = F.col("t0_us") == F.col("_g_owner")
+    for k in SCOPE:
+        cond = cond & F.col(k).eqNullSafe(F.col(f"c_{k}"))
+    return (
+        rows.join(c, cond & F.col("is_record"), "left")
+        .withColumn("starved_empty_periods", F.coalesce(F.col("_starved_empty"), F.lit(0)).cast("long"))
+        .drop(*[f"c_{k}" for k in SCOPE], "_g_owner", "_starved_empty")
+    )
 
 
 def _over_causes(rows: DataFrame) -> DataFrame:
@@ -649,7 +757,7 @@ def dispatch_daily(
         F.sum("over_bytes").alias("excess_bytes"),
         F.max("debt_out_msgs").alias("max_debt_msgs"),
         F.max("debt_out_bytes").alias("max_debt_bytes"),
-        F.sum(F.col("starved").cast("int")).alias("periods_starved"),
+        (F.sum(F.col("starved").cast("int")) + F.sum("starved_empty_periods")).alias("periods_starved"),
         F.sum(
             (
                 F.coalesce(F.col("counted_msgs") >= F.col("allowed_msgs"), F.lit(False))
@@ -814,10 +922,14 @@ def _build_one(day: date, settings: Settings, result: StageResult, summary: bool
     previous.count()  # pin the stored closing debt before it is replaced
 
     models = _day_models(day, settings, intervals, opening).cache()
+    # The day before too: the latest snapshot at or before the day's first periods.
+    snapshots = read_table("cursor_snapshots", settings=settings).where(
+        F.col("day").between(F.lit(day - timedelta(days=1)), F.lit(day))
+    )
     partition = [{"day": day}]
     result.writes.append(
         write_table(
-            dispatch_periods(intervals, limits, opening, models),
+            dispatch_periods(intervals, limits, opening, models, backlog_intervals(snapshots)),
             "dispatch_periods",
             "replace",
             partition,
