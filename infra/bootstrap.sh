@@ -43,8 +43,15 @@ if [ -z "$PYTHON" ]; then
   exit 1
 fi
 
+# The Delta Lake JARs matching the pinned delta-spark, fetched once into ~/.cache/brokerlens/jars
+# by Spark's own Ivy (brokerlens/jars.py); a no-op when they are there.
+fetch_jars() {
+  .venv/bin/python -m brokerlens.jars >/dev/null || exit 1
+}
+
 stamp=".venv/.installed-$(cat requirements/lock.txt pyproject.toml | sha256sum | cut -c1-16)"
 if [ -f "$stamp" ]; then
+  fetch_jars
   exit 0
 fi
 echo "bootstrap: creating .venv and installing locked dependencies (first run takes a few minutes)" >&2
@@ -55,4 +62,5 @@ echo "bootstrap: creating .venv and installing locked dependencies (first run ta
 .venv/bin/uv pip install -q --python .venv/bin/python --no-deps -e .
 rm -f .venv/.installed-*
 touch "$stamp"
+fetch_jars
 echo "bootstrap: done" >&2

@@ -148,6 +148,16 @@ def test_daily_dag_end_to_end_then_rerun_changes_nothing(airflow_home, tmp_path)
         assert len(first_runs) == 1 and len(all_runs) == 2
         assert set(all_runs.values()) == set(first_runs.values())
         assert after["alert_notifications"][0] == before["alert_notifications"][0]
+        # Delta SQL by name: the re-run replaced the day (one more WRITE with its replaceWhere
+        # predicate), committed by Spark with Delta; version 1 (the first run) is still there.
+        history = json.loads(run_cli(env, "sql", "--format", "json", "DESCRIBE HISTORY dispatch_periods"))
+        writes = [h for h in history if h["operation"] == "WRITE"]
+        assert len(writes) == 2 and all("Delta-Lake/" in h["engineInfo"] for h in history)
+        assert all("2026-11-21" in h["operationParameters"]["predicate"] for h in writes)
+        rows = len(before["dispatch_periods"][1])
+        first = json.loads(run_cli(env, "sql", "--format", "json",
+                                   f"SELECT count(*) AS n FROM dispatch_periods VERSION AS OF {writes[-1]['version']}"))
+        assert first == [{"n": rows}]
 
     # Where make run says the outputs are.
     assert list((home / "reports").rglob("*.html"))

@@ -96,6 +96,18 @@ def spark_conf() -> dict[str, str]:
     return {"spark.driver.extraJavaOptions": java_opts}
 
 
+def with_delta_jars(conf: dict[str, str]) -> dict[str, str]:
+    """``conf`` plus the Delta Lake JARs (fetched once, then from the local cache), unless the
+    deployment already supplies them (``spark.jars.packages`` naming Delta, e.g. on a cluster
+    whose spark-defaults.conf has them)."""
+    if "io.delta:" in conf.get("spark.jars.packages", ""):
+        return conf
+    from .jars import delta_jars
+
+    jars = [j for j in conf.get("spark.jars", "").split(",") if j] + [str(p) for p in delta_jars()]
+    return {**conf, "spark.jars": ",".join(jars)}
+
+
 def _tee(lines: Iterable[str], tail: deque[str]) -> Iterator[str]:
     for line in lines:
         tail.append(line.rstrip("\n"))
@@ -128,6 +140,8 @@ class StageSubmitOperator(SparkSubmitOperator):
         tail: deque[str] = deque(maxlen=60)
         if self.connections:
             self.env_vars = {**(self.env_vars or {}), **self._connection_env()}
+        # At run time, not when the DAG is parsed: the first run may fetch the JARs.
+        self.conf = with_delta_jars(dict(self.conf or {}))
         self._hook = self._get_hook()
         process_log = self._hook._process_spark_submit_log
         # Keep the end of the command's output: the CLI's error summary goes into the failure mail.

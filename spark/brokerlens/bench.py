@@ -691,8 +691,9 @@ def bench_days(
         for table, files in (("dispatch_intervals", inputs["intervals"]), ("rate_limits", inputs["limits"])):
             write_table(spark.read.parquet(*files), table, "replace", [{"day": day}], settings=settings)
         rows = sum(pq.ParquetFile(f).metadata.num_rows for f in inputs["intervals"])
-        result = bench.measure(lambda: len(build_dispatch(day, settings).writes), rows=rows)
-        out.append({"day": day.isoformat(), **result})
+        writes: list = []
+        result = bench.measure(lambda: len(writes.extend(build_dispatch(day, settings).writes) or writes), rows=rows)
+        out.append({"day": day.isoformat(), **result, "write_seconds": {w.table: w.seconds for w in writes}})
         log.info("day %s built in %ss", day, result["seconds"])
         shutil.rmtree(work / f"days-input-{n}", ignore_errors=True)
     return {
@@ -734,6 +735,28 @@ def bench_landing(bench: Bench, work: Path, scales: tuple[float, ...], day: date
         log.info("landing at scale %s: %ss", scale, entry["seconds"])
         shutil.rmtree(home, ignore_errors=True)
     return out
+
+
+def bench_demo_day(bench: Bench, work: Path, scale: float, day: date) -> dict:
+    """The daily stages in order on one demo day, in this process (no spark-submit start-up):
+    seconds per stage and per committed table (the table layer's write path)."""
+    from .demo import generate_day as demo_day
+    from .pipeline import DAILY_STAGES, run_stage
+    from .settings import Settings
+
+    home = work / "demo-day-home"
+    shutil.rmtree(home, ignore_errors=True)
+    settings = Settings(home=home)
+    demo_day(day, settings, scale=scale)
+    stages = {}
+    for stage in DAILY_STAGES:
+        options = {"dry_run": True} if stage == "alert" else {}  # no SMTP server in the bench
+        writes: list = []
+        measured = bench.measure(lambda: len(writes.extend(run_stage(stage, day, settings, **options).writes) or writes))
+        stages[stage] = {"seconds": measured["seconds"], "write_seconds": {w.table: w.seconds for w in writes}}
+        log.info("demo day %s: %ss", stage, measured["seconds"])
+    shutil.rmtree(home, ignore_errors=True)
+    return {"scale": scale, "stages": stages, "total_seconds": round(sum(s["seconds"] for s in stages.values()), 2)}
 
 
 def _guarded(what: str, fn: Callable[[], object]) -> object:
@@ -782,6 +805,7 @@ def run(
     periods: int = PERIODS_PER_DAY,
     command: str = "brokerlens.bench.run",
     variant_sizes: tuple[int, ...] = (),
+    demo_day_scale: float | None = 1.0,
     spark=None,
 ) -> dict:
     """The whole benchmark; writes the results to ``out`` (JSON) and returns them."""
@@ -826,6 +850,9 @@ def run(
             save()
         if land_scales:
             results["landing"] = _guarded("landing", lambda: bench_landing(bench, work, land_scales, day))
+            save()
+        if demo_day_scale:
+            results["demo_day"] = _guarded("demo_day", lambda: bench_demo_day(bench, work, demo_day_scale, day))
     finally:
         bench.close()
     results["complete"] = True
@@ -864,6 +891,13 @@ def markdown(results: dict) -> str:
             f"Landing at demo scale {entry['scale']:g} ({entry['landing_files_mb']} MB of landing files): "
             f"{entry['seconds']} s, {entry['rows']:,} bronze rows."
         )
+    demo = results.get("demo_day")
+    if isinstance(demo, dict) and "stages" in demo:
+        lines.append(
+            f"Demo day (scale {demo['scale']:g}) through every stage in one process: "
+            + ", ".join(f"{stage} {entry['seconds']} s" for stage, entry in demo["stages"].items())
+            + f" (total {demo['total_seconds']} s)."
+        )
     return "\n".join(lines)
 
 
@@ -879,6 +913,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--land-scales", default="0.25,1", help="demo-data scales for the landing stage ('' to skip)")
     parser.add_argument("--variant-sizes", default=str(DEFAULT_SIZES[1]),
                         help="sizes (partitions) at which the dispatch_periods setting variants also run ('' to skip)")
+    parser.add_argument("--demo-day-scale", type=float, default=1.0,
+                        help="demo-data scale of the day run through every stage (0: skip)")
     parser.add_argument("--latest", type=Path, default=None, help="also copy the results here (e.g. infra/bench/latest.json)")
     args = parser.parse_args(argv)
     logs.configure(0)
@@ -891,6 +927,7 @@ def main(argv: list[str] | None = None) -> int:
         days_partitions=args.days_partitions or None,
         variant_sizes=tuple(int(s) for s in args.variant_sizes.split(",") if s),
         land_scales=tuple(float(s) for s in args.land_scales.split(",") if s),
+        demo_day_scale=args.demo_day_scale or None,
         command=" ".join(["python -m brokerlens.bench", *(argv if argv is not None else sys.argv[1:])]),
     )
     if args.latest:

@@ -184,15 +184,15 @@ def docs(
 
 @app.command("vacuum")
 def vacuum_cmd(
-    retention_hours: Annotated[int, typer.Option(help="Keep files that versions younger than this still reference.")] = 168,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="List what would be deleted.")] = False,
 ) -> None:
-    """Delete unreferenced files (old versions, orphans of killed writes) from every table."""
+    """Delta's VACUUM on every table: delete files no version within the table's retention
+    (delta.deletedFileRetentionDuration, 7 days) references, and orphans of killed writes."""
     from .schemas import table_schemas
     from .tables import vacuum
 
     for name in sorted(table_schemas()):
-        removed = vacuum(name, retention_hours=retention_hours, dry_run=dry_run)
+        removed = vacuum(name, dry_run=dry_run)
         if removed:
             typer.echo(f"{name}: {'would delete' if dry_run else 'deleted'} {len(removed)} files")
 

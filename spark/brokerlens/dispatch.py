@@ -54,7 +54,7 @@ from pyspark.sql import functions as F
 
 from .settings import Settings
 from .stage import StageResult
-from .tables import read_table, write_table
+from .tables import merge_table, read_table, write_table
 
 log = logging.getLogger(__name__)
 
@@ -941,7 +941,7 @@ def _build_one(day: date, settings: Settings, result: StageResult, summary: bool
     old = previous.select(*SCOPE, "debt_msgs", "debt_bytes")
     new = closing.select(*SCOPE, "debt_msgs", "debt_bytes")
     changed = bool(old.exceptAll(new).limit(1).count() or new.exceptAll(old).limit(1).count())
-    result.writes.append(write_table(closing, "debt_state", "replace", partition, settings=settings))
+    result.writes.append(merge_table(closing, "debt_state", partition, settings=settings))
     topic_stats = read_table("bronze_topic_stats", settings=settings).where(F.col("day") == F.lit(day))
     daily = dispatch_daily(periods, opening, closing, day, throttle_events(topic_stats))
     result.writes.append(write_table(daily, "dispatch_daily", "replace", partition, settings=settings))

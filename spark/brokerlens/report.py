@@ -25,7 +25,7 @@ from .schemas import table_schemas
 from .settings import Settings
 from .spark import get_spark
 from .stage import StageResult
-from .tables import delta_table, read_table, table_exists
+from .tables import read_table, table_version
 
 log = logging.getLogger(__name__)
 
@@ -825,7 +825,8 @@ def _source_versions() -> list[tuple[str, str]]:
     out = []
     for name in SOURCE_TABLES:
         if name in table_schemas():
-            out.append((name, f"version {delta_table(name).version()}" if table_exists(name) else "not written yet"))
+            version = table_version(name)
+            out.append((name, "not written yet" if version is None else f"version {version}"))
     return out
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
 
 from pydantic import BaseModel, Field, SecretStr
 from pydantic_settings import (
@@ -150,13 +149,11 @@ class Settings(BaseSettings):
 
     home: Path = Path("var")
     landing_dir: Path | None = None
-    lake_dir: Path | None = None
+    # A local folder or a Hadoop URI (s3a://bucket/lake, abfss://…): the lake may be remote.
+    lake_dir: str | None = None
     quarantine_dir: Path | None = None
     reports_dir: Path | None = None
     outbox_dir: Path | None = None
-    # "delta-rs": Spark writes Parquet, delta-rs commits (works without Maven).
-    # "native": Spark's own format("delta"); needs the delta-spark JARs on the classpath.
-    table_format: Literal["delta-rs", "native"] = "delta-rs"
     commit_retries: int = 20
     spark: SparkSettings = Field(default_factory=SparkSettings)
     smtp: SmtpSettings = Field(default_factory=SmtpSettings)
@@ -196,7 +193,14 @@ class Settings(BaseSettings):
 
     @property
     def lake(self) -> Path:
+        """The lake as a local folder (tests, tools); :attr:`lake_uri` is what tables use."""
         return self.path("lake")
+
+    @property
+    def lake_uri(self) -> str:
+        if self.lake_dir is not None and "://" in self.lake_dir:
+            return self.lake_dir
+        return str(self.lake)
 
     @property
     def quarantine(self) -> Path:

@@ -1,8 +1,9 @@
 """The one SparkSession factory.
 
-Under ``spark-submit`` the master and resources come from the submit command (a cluster is a
-connection change); locally the settings supply them. Either way the session gets the same
-SQL settings, because the table layer relies on them (UTC, microsecond Parquet timestamps).
+Under ``spark-submit`` the master, resources and the Delta JARs (``--jars``) come from the submit
+command (a cluster is a connection change); locally the settings supply them and the JARs come
+from ``brokerlens.jars``. Either way the session gets the same SQL settings and Delta Lake's
+extension and catalog, because the table layer relies on them.
 """
 
 from __future__ import annotations
@@ -10,8 +11,10 @@ from __future__ import annotations
 import os
 from importlib.resources import files
 
+from py4j.java_gateway import JavaClass
 from pyspark.sql import SparkSession
 
+from .jars import delta_jars
 from .settings import Settings, get_settings
 
 # Settings the table layer depends on, whatever the deployment.
@@ -21,10 +24,13 @@ SQL_CONF = {
     "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
     "spark.sql.parquet.compression.codec": "zstd",
     "spark.sql.adaptive.enabled": "true",
-    "spark.sql.sources.partitionOverwriteMode": "dynamic",
-    # No _SUCCESS marker or summary files among the table's data files.
-    "spark.hadoop.mapreduce.fileoutputcommitter.marksuccessfuljobs": "false",
-    "spark.hadoop.parquet.summary.metadata.level": "NONE",
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+    # Delta rebuilds a table's state from its log with this many tasks (default 50): our tables
+    # have small logs, and 50 tasks per read cost more than the work on a few cores.
+    "spark.databricks.delta.snapshotPartitions": "4",
+    # VACUUM lists a table's folders with this parallelism (Spark's default: 10,000 tasks).
+    "spark.sql.sources.parallelPartitionDiscovery.parallelism": "8",
     "spark.sql.ansi.enabled": "false",
     # Progress bars would interleave with command output; long steps report progress themselves.
     "spark.ui.showConsoleProgress": "false",
@@ -60,10 +66,23 @@ def get_spark(settings: Settings | None = None) -> SparkSession:
     builder = builder.config("spark.ui.enabled", str(settings.spark.ui).lower())
     for key, value in {**SQL_CONF, **settings.spark.conf}.items():
         builder = builder.config(key, value)
-    if settings.table_format == "native":
-        builder = builder.config(
-            "spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension"
-        ).config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
+    if not under_spark_submit():
+        builder = builder.config("spark.jars", ",".join(str(p) for p in delta_jars()))
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
+    _check_delta(spark)
     return spark
+
+
+class DeltaMissing(RuntimeError):
+    """Spark runs without the Delta Lake JARs."""
+
+
+def _check_delta(spark: SparkSession) -> None:
+    # py4j resolves a name to a JavaClass when the class loads, else to a JavaPackage.
+    if not isinstance(spark.sparkContext._jvm.io.delta.tables.DeltaTable, JavaClass):
+        raise DeltaMissing(
+            "Spark has no Delta Lake JARs on its classpath: pass them to spark-submit with "
+            "--jars $(python -m brokerlens.jars | paste -sd,) (or --packages "
+            "io.delta:delta-spark_<spark>_2.13:<version>, see README 'Tables and storage')"
+        )

@@ -1,55 +1,51 @@
 """The table layer: the only module that knows how tables are stored.
 
-Jobs ask it for a DataFrame (``read_table``) and give it a DataFrame (``write_table``).
+Jobs ask it for a DataFrame (``read_table``) and give it a DataFrame (``write_table``,
+``merge_table``). Every table is a Delta table under ``<lake>/<name>``, read and written by
+Spark's ``format("delta")`` (delta-spark): Spark's executors write the data files straight into
+the table and Delta's optimistic transaction commits them, so the same code runs on a cluster
+with object storage.
 
-Default storage ("delta-rs", DESIGN.md "Delta Lake without Maven"):
+* ``replace`` overwrites exactly the given partitions (``replaceWhere``): a reader sees the old
+  or the new partition, never a mix, and rows outside those partitions are refused by Delta.
+* An application transaction ``txn=(app_id, version)`` becomes Delta's ``txnAppId`` /
+  ``txnVersion``: a write already committed under it is skipped, so a re-run never duplicates.
+* ``merge_table`` updates state tables with ``MERGE`` on their key.
+* Conflicting concurrent commits (parallel backfill days) are retried on Delta's concurrency
+  exceptions; a write killed before its commit leaves the table at its previous version (its
+  files are referenced by no version, and ``VACUUM`` deletes them after the retention).
+* New columns in ``schemas/`` are added to existing tables on the next write (``mergeSchema``);
+  reading an older table fills them with nulls.
 
-* Spark writes Parquet files in parallel into ``<table>/_staging/<write id>/`` (a folder of its
-  own per write, so concurrent writers never share Spark's ``_temporary`` folder), the driver
-  moves them into the table's partition folders and commits them as one atomic Delta
-  transaction with delta-rs: add actions, plus remove actions for a partition or full
-  overwrite. Until that commit no reader sees the files; a killed write leaves orphans that
-  ``vacuum`` deletes, never visible rows.
-* A write may carry an application transaction ``(app_id, version)``. If the table has already
-  committed that version (or a later one) for that app id, the write is skipped: re-running an
-  append is a no-op, never a duplicate. Partition overwrites are idempotent by themselves (a
-  clean replace) and record the transaction for lineage.
-* Conflicting concurrent commits (parallel backfill runs) are retried on a fresh snapshot.
-* Reads ask delta-rs for the active files of a version and hand them to ``spark.read.parquet``
-  with ``basePath``, so partition columns come back; time travel is the same call.
-
-With ``table_format = "native"`` the same functions use Spark's ``format("delta")`` (the
-delta-spark JARs must be on the classpath).
+Tables are known by name to Spark SQL through :func:`register_tables` (see its docstring).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
 import random
-import shutil
 import time
 import uuid
 from dataclasses import dataclass
-from datetime import date, datetime, timezone
-from pathlib import Path
-from typing import Iterable, Literal, Mapping
-from urllib.parse import quote, unquote
+from datetime import date, datetime
+from typing import Callable, Iterable, Literal, Mapping, TypeVar
 
-import pyarrow.parquet as pq
-from deltalake import DeltaTable
-from deltalake import Schema as DeltaSchema
-from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
-from deltalake.transaction import (
-    AddAction,
-    CommitProperties,
-    Transaction,
-    create_table_with_add_actions,
+from delta.exceptions import (
+    ConcurrentAppendException,
+    ConcurrentDeleteDeleteException,
+    ConcurrentDeleteReadException,
+    ConcurrentTransactionException,
+    ConcurrentWriteException,
+    DeltaConcurrentModificationException,
+    MetadataChangedException,
+    ProtocolChangedException,
 )
+from delta.tables import DeltaTable
+from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql import types as T
 
 from .schemas import TableSchema, table_schema, table_schemas
 from .settings import Settings, get_settings
@@ -59,8 +55,18 @@ log = logging.getLogger(__name__)
 
 WriteMode = Literal["append", "overwrite", "replace"]
 PartitionSpec = Mapping[str, object]
-STAGING = "_staging"
-_HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
+_T = TypeVar("_T")
+# Delta's commit conflicts (siblings, not one hierarchy, on the Python side): all worth a retry.
+CONFLICTS = (
+    ConcurrentAppendException,
+    ConcurrentDeleteDeleteException,
+    ConcurrentDeleteReadException,
+    ConcurrentTransactionException,
+    ConcurrentWriteException,
+    DeltaConcurrentModificationException,
+    MetadataChangedException,
+    ProtocolChangedException,
+)
 
 
 class TableError(RuntimeError):
@@ -74,6 +80,7 @@ class WriteResult:
     files: int
     rows: int
     skipped: bool = False
+    seconds: float = 0.0  # from the start of the write to its commit (Spark jobs included)
 
     def __str__(self) -> str:
         if self.skipped:
@@ -81,36 +88,24 @@ class WriteResult:
         return f"{self.table}: {self.rows} rows in {self.files} files, version {self.version}"
 
 
-def table_path(name: str, settings: Settings | None = None) -> Path:
+def table_location(name: str, settings: Settings | None = None) -> str:
+    """Where table ``name`` lives: a local path or a URI such as ``s3a://bucket/lake/name``."""
     table_schema(name)  # unknown names fail here with the list of known tables
-    return (settings or get_settings()).lake / name
+    return f"{(settings or get_settings()).lake_uri.rstrip('/')}/{name}"
 
 
-def table_exists(name: str, settings: Settings | None = None) -> bool:
-    return DeltaTable.is_deltatable(str(table_path(name, settings)))
+def table_exists(name: str, settings: Settings | None = None, spark: SparkSession | None = None) -> bool:
+    settings = settings or get_settings()
+    return DeltaTable.isDeltaTable(spark or get_spark(settings), table_location(name, settings))
 
 
-def delta_table(name: str, settings: Settings | None = None) -> DeltaTable:
-    try:
-        return DeltaTable(str(table_path(name, settings)))
-    except TableNotFoundError as exc:
-        raise TableError(f"table {name} has not been written yet") from exc
-
-
-def _native(settings: Settings) -> bool:
-    return settings.table_format == "native"
-
-
-def _check_native(spark: SparkSession) -> None:
-    try:
-        spark.sparkContext._jvm.java.lang.Class.forName("io.delta.tables.DeltaTable")
-    except Exception as exc:  # py4j wraps ClassNotFoundException
-        raise TableError(
-            "table_format = 'native' needs the Delta Lake JARs on Spark's classpath "
-            "(io.delta:delta-spark_2.13 and io.delta:delta-storage, version 4.x, e.g. "
-            "spark.jars.packages on a cluster with Maven access); they are not there. "
-            "Use table_format = 'delta-rs' (the default) to write Delta tables without them."
-        ) from exc
+def table_version(name: str, settings: Settings | None = None, spark: SparkSession | None = None) -> int | None:
+    """The table's latest version, None if it has never been written."""
+    settings = settings or get_settings()
+    spark = spark or get_spark(settings)
+    if not table_exists(name, settings, spark):
+        return None
+    return DeltaTable.forPath(spark, table_location(name, settings)).history(1).first()["version"]
 
 
 def empty_frame(name: str, spark: SparkSession | None = None) -> DataFrame:
@@ -135,43 +130,29 @@ def read_table(
     settings = settings or get_settings()
     spark = spark or get_spark(settings)
     schema = table_schema(name)
-    path = table_path(name, settings)
     if version is not None and timestamp is not None:
         raise TableError("give a version or a timestamp, not both")
-    if _native(settings):
-        _check_native(spark)
-        reader = spark.read.format("delta")
-        if version is not None:
-            reader = reader.option("versionAsOf", version)
-        if timestamp is not None:
-            reader = reader.option("timestampAsOf", str(timestamp))
-        return reader.load(str(path)).select(*schema.column_names)
-    if not DeltaTable.is_deltatable(str(path)):
+    if not table_exists(name, settings, spark):
         if version is not None or timestamp is not None:
             raise TableError(f"table {name} has not been written yet: no version to travel to")
         return empty_frame(name, spark)
+    reader = spark.read.format("delta")
+    if version is not None:
+        reader = reader.option("versionAsOf", version)
+    if timestamp is not None:
+        stamp = timestamp.isoformat(sep=" ") if isinstance(timestamp, datetime) else str(timestamp)
+        reader = reader.option("timestampAsOf", stamp)
     try:
-        dt = DeltaTable(str(path))
-        if version is not None:
-            dt.load_as_version(version)
-        elif timestamp is not None:
-            dt.load_as_version(_as_datetime(timestamp))
-    except (DeltaError, ValueError, OSError) as exc:
-        raise TableError(f"cannot read {name} as of {version or timestamp}: {exc}") from exc
-    files = dt.file_uris()
-    if not files:
-        return empty_frame(name, spark)
-    return (
-        spark.read.schema(schema.struct)
-        .option("basePath", str(path))
-        .parquet(*files)
-        .select(*schema.column_names)
-    )
-
-
-def _as_datetime(value: datetime | str) -> datetime:
-    stamp = datetime.fromisoformat(value.replace("Z", "+00:00")) if isinstance(value, str) else value
-    return stamp if stamp.tzinfo else stamp.replace(tzinfo=timezone.utc)
+        df = reader.load(table_location(name, settings))
+    except AnalysisException as exc:
+        raise TableError(f"cannot read {name} as of {version if version is not None else timestamp}: "
+                         f"{str(exc).splitlines()[0]}") from exc
+    have = set(df.columns)
+    # Columns added to schemas/ after this version was written read as nulls.
+    return df.select(*[
+        F.col(c.name) if c.name in have else F.lit(None).cast(c.spark_type).alias(c.name)
+        for c in schema.columns
+    ])
 
 
 # -------------------------------------------------------------------------------------- write
@@ -188,6 +169,34 @@ def conform(df: DataFrame, schema: TableSchema) -> DataFrame:
             f"missing columns {missing}, unexpected columns {extra}"
         )
     return df.select(*[F.col(c.name).cast(c.spark_type).alias(c.name) for c in schema.columns])
+
+
+def ensure_table(name: str, spark: SparkSession | None = None, settings: Settings | None = None) -> None:
+    """Create the table, empty, with its schema, partitioning and descriptions from ``schemas/``
+    if it does not exist yet (a table created concurrently by another writer is fine)."""
+    settings = settings or get_settings()
+    spark = spark or get_spark(settings)
+    if table_exists(name, settings, spark):
+        return
+    schema = table_schema(name)
+    columns = T.StructType([
+        T.StructField(c.name, c.spark_type, c.nullable, {"comment": c.description} if c.description else {})
+        for c in schema.columns
+    ])
+    builder = (
+        DeltaTable.createIfNotExists(spark)
+        .location(table_location(name, settings))
+        .addColumns(columns)
+        .comment(schema.description)
+    )
+    if schema.partition_by:
+        builder = builder.partitionedBy(*schema.partition_by)
+    try:
+        builder.execute()
+    except Exception:
+        if not table_exists(name, settings, spark):
+            raise
+        log.info("%s: created concurrently by another writer", name)
 
 
 def write_table(
@@ -208,39 +217,117 @@ def write_table(
     settings = settings or get_settings()
     schema = table_schema(name)
     frame = conform(df, schema)
-    wanted = _partition_filters(schema, mode, partitions)
-    if _native(settings):
-        return _write_native(frame, schema, mode, wanted, txn, settings)
+    where = _replace_where(schema, mode, partitions)
+    spark = frame.sparkSession
+    started = time.perf_counter()
+    ensure_table(name, spark, settings)
+    write_id = uuid.uuid4().hex
 
-    root = table_path(name, settings)
-    if txn is not None and _already_committed(root, txn):
-        log.info("%s: transaction %s already committed, skipping", name, txn)
-        return WriteResult(name, None, 0, 0, skipped=True)
-    staging = root / STAGING / uuid.uuid4().hex
+    def attempt() -> None:
+        writer = (
+            frame.write.format("delta")
+            .mode("append" if mode == "append" else "overwrite")
+            .option("mergeSchema", "true")
+            .option("userMetadata", json.dumps({"brokerlens.mode": mode, "brokerlens.write": write_id}))
+        )
+        if mode == "overwrite":
+            writer = writer.option("partitionOverwriteMode", "static")
+        if where is not None:
+            writer = writer.option("replaceWhere", where)
+        if txn is not None:
+            writer = writer.option("txnAppId", txn[0]).option("txnVersion", txn[1])
+        writer.save(table_location(name, settings))
+
     try:
-        writer = frame.write.mode("errorifexists")
-        if schema.partition_by:
-            writer = writer.partitionBy(*schema.partition_by)
-        writer.parquet(str(staging))
-        adds = _move_into_table(staging, root, schema, wanted)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        _with_retries(name, attempt, settings)
+    except AnalysisException as exc:
+        raise TableError(f"{name}: {str(exc).splitlines()[0]}") from exc
+    return _result(name, write_id, ("numOutputRows",), settings, spark, started)
+
+
+def merge_table(
+    df: DataFrame,
+    name: str,
+    partitions: Iterable[PartitionSpec],
+    settings: Settings | None = None,
+) -> WriteResult:
+    """``MERGE`` ``df`` into a state table on its ``key`` (schemas/), within ``partitions``:
+    rows with a known key are updated, new keys inserted, and keys of those partitions that
+    ``df`` no longer has are deleted. Rows that did not change are not rewritten."""
+    settings = settings or get_settings()
+    schema = table_schema(name)
+    if not schema.key:
+        raise TableError(f"table {name} has no key in schemas/tables/{name}.yaml: cannot MERGE")
+    frame = conform(df, schema)
+    where = _replace_where(schema, "replace", partitions, alias="t")
+    spark = frame.sparkSession
+    started = time.perf_counter()
+    ensure_table(name, spark, settings)
+    write_id = uuid.uuid4().hex
+    keys = [*schema.partition_by, *[k for k in schema.key if k not in schema.partition_by]]
+    # <=>: null-safe, since a key column may be null (e.g. topic at broker level).
+    on = " AND ".join([f"t.`{k}` <=> s.`{k}`" for k in keys] + [f"({where})"])
+
+    def attempt() -> None:
+        spark.conf.set("spark.databricks.delta.commitInfo.userMetadata",
+                       json.dumps({"brokerlens.mode": "merge", "brokerlens.write": write_id}))
+        try:
+            (
+                DeltaTable.forPath(spark, table_location(name, settings)).alias("t")
+                .merge(frame.alias("s"), on)
+                .whenMatchedUpdateAll()
+                .whenNotMatchedInsertAll()
+                .whenNotMatchedBySourceDelete(where)
+                .execute()
+            )
+        finally:
+            spark.conf.unset("spark.databricks.delta.commitInfo.userMetadata")
+
     try:
-        version = _commit(root, schema, mode, adds, wanted, txn, settings)
-    except BaseException:
-        for add in adds:  # never referenced by the log: safe to delete now
-            (root / unquote(add.path)).unlink(missing_ok=True)
-        raise
-    rows = sum(json.loads(a.stats)["numRecords"] for a in adds)
-    if version is None:
-        return WriteResult(name, None, 0, 0, skipped=True)
-    log.info("%s: committed version %s (%s rows, %s files, %s)", name, version, rows, len(adds), mode)
-    return WriteResult(name, version, len(adds), rows)
+        _with_retries(name, attempt, settings)
+    except AnalysisException as exc:
+        raise TableError(f"{name}: {str(exc).splitlines()[0]}") from exc
+    return _result(name, write_id, ("numTargetRowsInserted", "numTargetRowsUpdated"), settings, spark, started)
 
 
-def _partition_filters(
-    schema: TableSchema, mode: WriteMode, partitions: Iterable[PartitionSpec] | None
-) -> list[dict[str, str | None]] | None:
+def _with_retries(name: str, attempt: Callable[[], _T], settings: Settings) -> _T:
+    """Run a commit, again on a conflicting concurrent commit (Delta re-reads the table)."""
+    attempts = max(1, settings.commit_retries)
+    for number in range(1, attempts + 1):
+        try:
+            return attempt()
+        except CONFLICTS as exc:
+            if number == attempts:
+                raise TableError(f"{name}: commit still conflicting after {attempts} attempts: "
+                                 f"{str(exc).splitlines()[0]}") from exc
+            pause = min(5.0, 0.05 * 2**number) * (0.5 + random.random())
+            log.info("%s: concurrent commit (%s), retrying in %.2fs", name, type(exc).__name__, pause)
+            time.sleep(pause)
+    raise AssertionError("unreachable")
+
+
+def _result(name: str, write_id: str, row_metrics: tuple[str, ...], settings: Settings,
+            spark: SparkSession, started: float) -> WriteResult:
+    """What the commit tagged with ``write_id`` did; skipped when no commit has the tag (a
+    transaction Delta had already seen). Concurrent writers may have committed after it."""
+    history = DeltaTable.forPath(spark, table_location(name, settings)).history(20)
+    tag = f'"brokerlens.write": "{write_id}"'
+    for row in history.select("version", "userMetadata", "operationMetrics").collect():
+        if row["userMetadata"] and tag in row["userMetadata"]:
+            metrics = row["operationMetrics"] or {}
+            rows = sum(int(metrics.get(m, 0)) for m in row_metrics)
+            files = int(metrics.get("numFiles", metrics.get("numTargetFilesAdded", 0)))
+            seconds = round(time.perf_counter() - started, 3)
+            log.info("%s: committed version %s (%s rows, %s files, %.1fs)", name, row["version"], rows, files, seconds)
+            return WriteResult(name, row["version"], files, rows, seconds=seconds)
+    log.info("%s: transaction already committed, nothing written", name)
+    return WriteResult(name, None, 0, 0, skipped=True, seconds=round(time.perf_counter() - started, 3))
+
+
+def _replace_where(
+    schema: TableSchema, mode: WriteMode, partitions: Iterable[PartitionSpec] | None, alias: str | None = None
+) -> str | None:
+    """The SQL predicate selecting exactly the given partitions (``replaceWhere``, MERGE)."""
     if mode not in ("append", "overwrite", "replace"):
         raise TableError(f"unknown write mode {mode!r}")
     if mode != "replace":
@@ -252,186 +339,60 @@ def _partition_filters(
     specs = list(partitions or [])
     if not specs:
         raise TableError("mode='replace' needs the partitions to replace")
-    out = []
+    prefix = f"{alias}." if alias else ""
+    clauses = []
     for spec in specs:
         if set(spec) != set(schema.partition_by):
-            raise TableError(
-                f"partition {dict(spec)} must name exactly {list(schema.partition_by)}"
-            )
-        out.append({k: _partition_string(spec[k]) for k in schema.partition_by})
-    return out
+            raise TableError(f"partition {dict(spec)} must name exactly {list(schema.partition_by)}")
+        clauses.append(" AND ".join(f"{prefix}`{k}` {_sql_equals(spec[k])}" for k in schema.partition_by))
+    return " OR ".join(f"({c})" for c in clauses)
 
 
-def _partition_string(value: object) -> str | None:
+def _sql_equals(value: object) -> str:
     if value is None:
-        return None
-    if isinstance(value, datetime):
-        return value.isoformat(sep=" ")
-    if isinstance(value, date):
-        return value.isoformat()
+        return "IS NULL"
     if isinstance(value, bool):
-        return str(value).lower()
-    return str(value)
-
-
-def _move_into_table(
-    staging: Path, root: Path, schema: TableSchema, wanted: list[dict] | None
-) -> list[AddAction]:
-    staged = []
-    for file in sorted(staging.rglob("*.parquet")):
-        rel = file.relative_to(staging)
-        values: dict[str, str | None] = {}
-        for part in rel.parts[:-1]:
-            key, _, raw = part.partition("=")
-            raw = unquote(raw)
-            values[key] = None if raw == _HIVE_NULL else raw
-        if wanted is not None and values not in wanted:
-            raise TableError(
-                f"{schema.name}: rows for partition {values} are outside the partitions "
-                f"being replaced {wanted}"
-            )
-        staged.append((file, rel, values))
-    adds = []
-    for file, rel, values in staged:
-        target = root / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(file, target)
-        stat = target.stat()
-        adds.append(
-            AddAction(
-                # Delta paths are URIs: escape Spark's own %-escapes in partition folder names.
-                path=quote(rel.as_posix(), safe='/='),
-                size=stat.st_size,
-                partition_values=values,
-                modification_time=int(stat.st_mtime * 1000),
-                data_change=True,
-                stats=json.dumps({"numRecords": pq.ParquetFile(target).metadata.num_rows}),
-            )
-        )
-    return adds
-
-
-def _already_committed(root: Path, txn: tuple[str, int]) -> bool:
-    if not DeltaTable.is_deltatable(str(root)):
-        return False
-    done = DeltaTable(str(root)).transaction_version(txn[0])
-    return done is not None and done >= txn[1]
-
-
-def _commit(
-    root: Path,
-    schema: TableSchema,
-    mode: WriteMode,
-    adds: list[AddAction],
-    wanted: list[dict] | None,
-    txn: tuple[str, int] | None,
-    settings: Settings,
-) -> int | None:
-    """Commit, retrying on a conflicting concurrent commit. None: txn already committed."""
-    arrow_schema = to_arrow_schema(schema.struct)
-    properties = CommitProperties(
-        app_transactions=[Transaction(txn[0], txn[1], int(time.time() * 1000))] if txn else None,
-        custom_metadata={"brokerlens.mode": mode},
-    )
-    delta_mode = "append" if mode == "append" else "overwrite"
-    filters = None
-    if wanted is not None:
-        filters = [
-            [(k, "=", v) if v is not None else (k, "=", None) for k, v in spec.items()]
-            for spec in wanted
-        ]
-    attempts = max(1, settings.commit_retries)
-    for attempt in range(1, attempts + 1):
-        try:
-            if not DeltaTable.is_deltatable(str(root)):
-                try:
-                    create_table_with_add_actions(
-                        str(root),
-                        DeltaSchema.from_arrow(arrow_schema),
-                        adds,
-                        mode="error",
-                        partition_by=list(schema.partition_by) or None,
-                        name=schema.name,
-                        description=schema.description,
-                        commit_properties=properties,
-                    )
-                    return 0
-                except DeltaError as exc:
-                    if not DeltaTable.is_deltatable(str(root)):
-                        raise
-                    log.info("%s: created concurrently (%s), committing into it", schema.name, exc)
-            dt = DeltaTable(str(root))
-            if txn is not None:
-                done = dt.transaction_version(txn[0])
-                if done is not None and done >= txn[1]:
-                    return None
-            kwargs = {}
-            if filters is not None:
-                kwargs["partition_filters"] = filters if len(filters) > 1 else filters[0]
-            dt.create_write_transaction(
-                adds,
-                delta_mode,
-                arrow_schema,
-                partition_by=list(schema.partition_by) or None,
-                commit_properties=properties,
-                **kwargs,
-            )
-            dt.update_incremental()
-            return dt.version()
-        except CommitFailedError as exc:
-            if attempt == attempts:
-                raise TableError(
-                    f"{schema.name}: commit still conflicting after {attempts} attempts: {exc}"
-                ) from exc
-            pause = min(5.0, 0.05 * 2**attempt) * (0.5 + random.random())
-            log.info("%s: commit conflict (%s), retrying in %.2fs", schema.name, exc, pause)
-            time.sleep(pause)
-    raise AssertionError("unreachable")
-
-
-def _write_native(
-    frame: DataFrame,
-    schema: TableSchema,
-    mode: WriteMode,
-    wanted: list[dict] | None,
-    txn: tuple[str, int] | None,
-    settings: Settings,
-) -> WriteResult:
-    _check_native(frame.sparkSession)
-    writer = frame.write.format("delta").mode("append" if mode == "append" else "overwrite")
-    if schema.partition_by:
-        writer = writer.partitionBy(*schema.partition_by)
-    if wanted is not None:
-        clauses = [
-            " AND ".join(
-                f"{k} IS NULL" if v is None else f"{k} = '{v}'" for k, v in spec.items()
-            )
-            for spec in wanted
-        ]
-        writer = writer.option("replaceWhere", " OR ".join(f"({c})" for c in clauses))
-    if txn is not None:
-        writer = writer.option("txnAppId", txn[0]).option("txnVersion", txn[1])
-    path = table_path(schema.name, settings)
-    writer.save(str(path))
-    version = DeltaTable(str(path)).version()
-    return WriteResult(schema.name, version, -1, -1)
+        return f"= {str(value).lower()}"
+    if isinstance(value, datetime):
+        return f"= TIMESTAMP'{value.isoformat(sep=' ')}'"
+    if isinstance(value, date):
+        return f"= DATE'{value.isoformat()}'"
+    if isinstance(value, (int, float)):
+        return f"= {value}"
+    return "= '" + str(value).replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 # ------------------------------------------------------------------------------ catalogue
 
 
 def register_tables(spark: SparkSession | None = None, settings: Settings | None = None) -> list[str]:
-    """Register every table in ``schemas/`` as a temporary view by its name.
+    """Make every table in ``schemas/`` known to Spark SQL by its name, in the session catalog
+    (``CREATE TABLE … USING delta LOCATION …``): ``DESCRIBE HISTORY``, ``VERSION AS OF``,
+    ``DESCRIBE DETAIL``, ``OPTIMIZE``, ``VACUUM`` and ``MERGE`` then work by name.
 
-    Tables not written yet are registered empty, so queries over them return no rows
-    instead of failing.
+    Registered at session start rather than kept in a persistent metastore: the lake's folders
+    are the truth, several processes (Airflow steps, backfill days, a user's notebook) use them
+    at once, which an embedded Derby metastore does not allow, and a lake moved or restored
+    needs no catalogue repair. A table never written is created empty with its schema first, so
+    every name exists and ``DESCRIBE TABLE`` shows the column descriptions.
     """
     settings = settings or get_settings()
     spark = spark or get_spark(settings)
     names = sorted(table_schemas())
+    registered = _registered.setdefault(id(spark), {})
     for name in names:
-        read_table(name, spark=spark, settings=settings).createOrReplaceTempView(name)
+        location = table_location(name, settings)
+        if registered.get(name) == location and spark.catalog.tableExists(name):
+            continue
+        ensure_table(name, spark, settings)
+        spark.sql(f"DROP TABLE IF EXISTS `{name}`")  # an external table: its data stays
+        spark.sql(f"CREATE TABLE `{name}` USING delta LOCATION '{location}'")
+        registered[name] = location
     return names
+
+
+# Per session: the location each name was registered with (a test or a CLI call may move the lake).
+_registered: dict[int, dict[str, str]] = {}
 
 
 @dataclass(frozen=True)
@@ -445,43 +406,46 @@ class TableInfo:
 
 def describe_tables(settings: Settings | None = None) -> list[TableInfo]:
     settings = settings or get_settings()
-    out = []
-    for name, schema in sorted(table_schemas().items()):
-        path = table_path(name, settings)
-        version = DeltaTable(str(path)).version() if DeltaTable.is_deltatable(str(path)) else None
-        out.append(
-            TableInfo(
-                name,
-                schema.layer,
-                schema.description,
-                version,
-                [(c.name, c.type, c.description) for c in schema.columns],
-            )
+    return [
+        TableInfo(
+            name,
+            schema.layer,
+            schema.description,
+            table_version(name, settings),
+            [(c.name, c.type, c.description) for c in schema.columns],
         )
-    return out
+        for name, schema in sorted(table_schemas().items())
+    ]
 
 
-def vacuum(
-    name: str, retention_hours: int = 168, dry_run: bool = False, settings: Settings | None = None
-) -> list[str]:
-    """Delete files no version within the retention references, including orphans of
-    killed writes (``full`` vacuum), and stale staging folders."""
+def vacuum(name: str, dry_run: bool = False, settings: Settings | None = None) -> list[str]:
+    """Delta's ``VACUUM``: delete files that no version younger than the table's retention
+    (``delta.deletedFileRetentionDuration``, 7 days unless changed with ``ALTER TABLE … SET
+    TBLPROPERTIES``) references, including files of writes killed before their commit. Delta's
+    retention check stays on. Returns the files deleted (or, dry, that would be)."""
     settings = settings or get_settings()
-    root = table_path(name, settings)
-    if not DeltaTable.is_deltatable(str(root)):
+    spark = get_spark(settings)
+    if not table_exists(name, settings, spark):
         return []
-    dt = DeltaTable(str(root))
-    removed = dt.vacuum(
-        retention_hours=retention_hours,
-        dry_run=dry_run,
-        enforce_retention_duration=False,
-        full=True,
-    )
-    cutoff = time.time() - retention_hours * 3600
-    staging = root / STAGING
-    for folder in staging.iterdir() if staging.is_dir() else []:
-        if folder.stat().st_mtime < cutoff:
-            removed.append(str(folder))
-            if not dry_run:
-                shutil.rmtree(folder, ignore_errors=True)
-    return removed
+    statement = f"VACUUM delta.`{table_location(name, settings)}`"
+    try:
+        if dry_run:
+            return sorted(r[0] for r in spark.sql(statement + " DRY RUN").collect())
+        before = _data_files(spark, name, settings)
+        spark.sql(statement).collect()
+        return sorted(before - _data_files(spark, name, settings))
+    except AnalysisException as exc:
+        raise TableError(f"{name}: vacuum failed: {str(exc).splitlines()[0]}") from exc
+
+
+def _data_files(spark: SparkSession, name: str, settings: Settings) -> set[str]:
+    """Every file under the table's folder but its log (what VACUUM may delete)."""
+    jvm = spark.sparkContext._jvm
+    root = jvm.org.apache.hadoop.fs.Path(table_location(name, settings))
+    fs = root.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    files, listing = set(), fs.listFiles(root, True)
+    while listing.hasNext():
+        path = listing.next().getPath().toString()
+        if "/_delta_log/" not in path:
+            files.add(path)
+    return files

@@ -1,0 +1,56 @@
+"""The Delta Lake JARs: coordinates from the pinned packages, fetched once, a clear line when
+they cannot be had."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import subprocess
+import sys
+
+import pyspark
+import pytest
+
+from brokerlens import jars
+
+
+def test_coordinates_match_the_pinned_delta_spark_and_pyspark():
+    delta = importlib.metadata.version("delta-spark")
+    minor = ".".join(pyspark.__version__.split(".")[:2])
+    assert jars.coordinates() == [f"io.delta:delta-spark_{minor}_2.13:{delta}", f"io.delta:delta-storage:{delta}"]
+
+
+def test_cached_jars_are_used_without_fetching(monkeypatch):
+    cached = jars.delta_jars()  # the session's SparkSession already fetched them
+    assert [p.name for p in cached] == [f"io.delta_delta-spark_{c.split(':')[1].split('_', 1)[1]}-{c.split(':')[2]}.jar"
+                                         if "spark" in c else f"io.delta_delta-storage-{c.split(':')[2]}.jar"
+                                         for c in jars.coordinates()]
+
+    def no_fetch(*args, **kwargs):
+        raise AssertionError("fetched although the JARs are cached")
+
+    monkeypatch.setattr(subprocess, "run", no_fetch)
+    assert jars.delta_jars() == cached
+
+
+def test_unreachable_repository_is_one_clear_line(tmp_path):
+    """An Ivy settings file pointing at a closed port on loopback stands for a repository that
+    cannot be reached (the documented way to use a mirror: spark.jars.ivySettings)."""
+    settings = tmp_path / "ivysettings.xml"
+    settings.write_text(
+        '<ivysettings><settings defaultResolver="dead"/><resolvers>'
+        '<ibiblio name="dead" m2compatible="true" root="http://127.0.0.1:9/maven2/"/>'
+        "</resolvers></ivysettings>"
+    )
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    (conf / "spark-defaults.conf").write_text(f"spark.jars.ivySettings {settings}\n")
+    env = {**os.environ, "BROKERLENS_JARS_DIR": str(tmp_path / "cache"), "SPARK_CONF_DIR": str(conf)}
+    proc = subprocess.run([sys.executable, "-m", "brokerlens.jars"], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 1
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, proc.stderr
+    assert "could not fetch the Delta Lake JARs io.delta:delta-spark_" in errors[0]
+    assert "Maven Central" in errors[0] and "BROKERLENS_JARS_DIR" in errors[0]
+    assert proc.stdout == ""
