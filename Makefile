@@ -9,15 +9,17 @@ export BROKERLENS_HOME ?= $(CURDIR)/var
 bootstrap:
 	@infra/bootstrap.sh
 
-## make test: the whole test suite (real Spark, Delta, Airflow, SMTP)
+## make test: the whole test suite (real Spark, Delta, Airflow, SMTP, headless Chromium; the
+## browser and Prometheus are installed if missing: infra/install-test-tools.sh)
 test: bootstrap
+	infra/install-test-tools.sh
 	$(VENV)/pytest $(PYTEST_ARGS)
 
 ## make run [DAY=YYYY-MM-DD]: demo data for DAY, then the daily Airflow DAG on it (airflow dags
-## test), with the local SMTP sink receiving the mail; prints where tables, report and mail are
+## test), with the local SMTP sink receiving the mail; says step k of n and how long each took
+## (the full log is in $(BROKERLENS_HOME)/stack/run-DAY.log); prints where tables, report and mail are
 run: bootstrap
-	$(VENV)/brokerlens demo-data --date $(DAY)
-	infra/stack.sh run-day $(DAY)
+	infra/stack.sh run-day $(DAY) --demo-data
 
 ## make stack-up / stack-down: Airflow standalone (UI on 127.0.0.1:8080) and the SMTP sink
 stack-up: bootstrap

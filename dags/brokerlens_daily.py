@@ -15,8 +15,11 @@ report**, each a `brokerlens <stage> --date {{ ds }}` submitted with spark-submi
   retried with exponential back-off. A failed step stops the later ones and mails
   `BROKERLENS_FAILURE_EMAIL` through the `smtp_default` connection.
 - Each step declares the tables it writes as assets (`brokerlens.<table>`).
+- With `BROKERLENS_PROMETHEUS_URL` set, a first step `collect_prometheus` pulls the day's Pulsar
+  series from that Prometheus server into landing (`brokerlens collect --prometheus-url`).
 """
 
+from airflow.providers.standard.operators.python import PythonOperator
 from airflow.sdk import DAG, CronDataIntervalTimetable
 
 from brokerlens import airflow_support as bl
@@ -39,3 +42,5 @@ with DAG(
     report = bl.StageSubmitOperator(stage="report")
 
     land >> validate >> build >> alert >> report
+    if bl.prometheus_url():
+        PythonOperator(task_id="collect_prometheus", python_callable=bl.collect_prometheus_day, op_args=["{{ ds }}"]) >> land

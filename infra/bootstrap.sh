@@ -25,18 +25,6 @@ MSG
   fi
 fi
 
-# Headless Chromium renders the HTML report in tests/test_report.py (Debian's chromium package).
-if [ ! -x /usr/bin/chromium ]; then
-  if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null; then
-    echo "bootstrap: chromium missing, installing it (headless check of the HTML report)" >&2
-    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } \
-      || echo "bootstrap: could not install chromium; the report's browser test will be skipped" >&2
-  elif ! command -v chromium >/dev/null 2>&1; then
-    echo "bootstrap: chromium not found; the report's browser test is skipped without it." \
-         "Debian/Ubuntu: sudo apt-get install -y chromium" >&2
-  fi
-fi
-
 PYTHON="${PYTHON:-$(command -v python3.11 || true)}"
 if [ -z "$PYTHON" ]; then
   echo "bootstrap: Python 3.11 is required (python3.11 not found; set PYTHON=/path/to/python3.11)" >&2

@@ -6,8 +6,10 @@
 #   infra/stack.sh up            start the SMTP sink and Airflow standalone, print the UI address
 #   infra/stack.sh down          stop what `up` started
 #   infra/stack.sh status        what is running
-#   infra/stack.sh run-day DAY   run the daily DAG once for DAY (airflow dags test), with the
-#                                SMTP sink receiving the mail; print where the outputs are
+#   infra/stack.sh run-day DAY [--demo-data]
+#                                run the daily DAG once for DAY (airflow dags test), with the
+#                                SMTP sink receiving the mail, first writing demo data for DAY
+#                                if asked; say step k of n as it goes; print where outputs are
 #
 # Ports: AIRFLOW_PORT (8080), BROKERLENS_SMTP__PORT (8025). Connections come from the
 # environment (AIRFLOW_CONN_SPARK_DEFAULT, AIRFLOW_CONN_SMTP_DEFAULT) unless already set.
@@ -105,16 +107,50 @@ status() {
   done
 }
 
-run_day() {
-  local day="$1" started_smtp=0 marker
+dag_run_tasks() {  # tasks of the latest brokerlens_daily run, from the stack's sqlite metastore
+  python - "$AIRFLOW_HOME/airflow.db" <<'PY'
+import sqlite3, sys
+with sqlite3.connect(sys.argv[1]) as db:
+    print(db.execute("SELECT count(*) FROM task_instance WHERE run_id = (SELECT run_id FROM dag_run "
+                     "WHERE dag_id = 'brokerlens_daily' ORDER BY id DESC LIMIT 1)").fetchone()[0])
+PY
+}
+
+follow_steps() {  # follow_steps STEPS_BEFORE: read `airflow dags test` output, say which step is
+  # running, how long the last one took, the stages' progress and error lines; the full output
+  # is in the log file (tee).
+  local k="$1" n="?" task="" state="" started=$SECONDS line
+  while IFS= read -r line; do
+    case "$line" in
+      *"Created dag run."*) n=$(( $1 + $(dag_run_tasks 2>/dev/null || echo 0) )) ;;
+      *"[DAG TEST] starting task_id="*)
+        task="${line#*task_id=}"; task="${task%% *}"; k=$((k + 1)); started=$SECONDS; state=""
+        echo "step $k of $n: $task" ;;
+      *"new_state="*) state="${line#*new_state=}"; state="${state%% *}" ;;
+      *"[DAG TEST] end task task_id="*)
+        echo "step $k of $n: $task ${state:-finished} in $((SECONDS - started)) s" ;;
+      *"INFO brokerlens.progress: "*) line="${line#*INFO brokerlens.progress: }"; echo "    ${line%% \[airflow.*}" ;;
+      *"] error: "*) line="${line#*] error: }"; echo "    error: ${line%% \[airflow.*}" ;;
+    esac
+  done
+}
+
+run_day() {  # run_day DAY [--demo-data]
+  local day="$1" demo="${2:-}" started_smtp=0 marker first=0 started
   mkdir -p "$STATE"
   if ! alive smtp; then start_smtp; started_smtp=1; fi
   [ "$started_smtp" = 1 ] && trap 'stop smtp >/dev/null' EXIT
   migrate_once
   marker="$STATE/run-$day.started"; touch "$marker"
+  if [ "$demo" = "--demo-data" ]; then
+    first=1; started=$SECONDS
+    echo "step 1: demo-data $day"
+    brokerlens --quiet demo-data --date "$day" >"$STATE/demo-$day.log" || { cat "$STATE/demo-$day.log" >&2; return 1; }
+    echo "step 1: demo-data done in $((SECONDS - started)) s ($STATE/demo-$day.log)"
+  fi
   echo "stack: airflow dags test brokerlens_daily $day (full log: $STATE/run-$day.log)"
   local rc=0
-  airflow dags test brokerlens_daily "$day" 2>&1 | tee "$STATE/run-$day.log" || rc=$?
+  airflow dags test brokerlens_daily "$day" 2>&1 | tee "$STATE/run-$day.log" | follow_steps "$first" || rc=$?
   echo
   echo "tables:   $BROKERLENS_HOME/lake/ ($(find "$BROKERLENS_HOME/lake" -mindepth 1 -maxdepth 1 -type d 2>/dev/null | wc -l) Delta tables; brokerlens tables, brokerlens sql \"...\")"
   echo "report:   $(find "$BROKERLENS_HOME/reports" -type f -newer "$marker" 2>/dev/null | sort | tr '\n' ' ')"
@@ -130,6 +166,6 @@ case "${1:-}" in
   up) up ;;
   down) stop airflow; stop smtp ;;
   status) status ;;
-  run-day) [ -n "${2:-}" ] || { echo "usage: $0 run-day YYYY-MM-DD" >&2; exit 2; }; run_day "$2" ;;
-  *) echo "usage: $0 up|down|status|run-day YYYY-MM-DD" >&2; exit 2 ;;
+  run-day) [ -n "${2:-}" ] || { echo "usage: $0 run-day YYYY-MM-DD [--demo-data]" >&2; exit 2; }; run_day "$2" "${3:-}" ;;
+  *) echo "usage: $0 up|down|status|run-day YYYY-MM-DD [--demo-data]" >&2; exit 2 ;;
 esac

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from datetime import date
 
@@ -34,6 +35,38 @@ def test_sql_json_prints_only_a_json_array(spark, brokerlens_command):
     ]
 
 
+def test_a_typo_in_a_column_says_so_in_one_line_and_exits_2(spark, brokerlens_command, brokerlens_home):
+    seed_quarantine(spark)
+    proc = subprocess.run(brokerlens_command("sql", "SELECT nope FROM quarantine"),
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and proc.stdout == ""
+    lines = proc.stderr.splitlines()
+    assert len(lines) <= 3, proc.stderr
+    assert lines[-1].startswith("error: column nope not found in quarantine; did you mean: "), proc.stderr
+    # Spark proposes the closest columns of quarantine (day, line, raw, kind, stage in Spark 4.1).
+    assert "day" in lines[-1] and "line" in lines[-1]
+    # Java's warnings and the query's stack trace went to the log file instead.
+    log = (brokerlens_home / "logs" / "brokerlens.log").read_text()
+    assert "UNRESOLVED_COLUMN" in log and "Traceback" in log
+
+    proc = subprocess.run(brokerlens_command("--verbose", "sql", "SELECT nope FROM quarantine"),
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and "Traceback" in proc.stderr
+    assert proc.stderr.splitlines()[-1].startswith("error: column nope not found in quarantine")
+
+
+def test_a_bad_path_is_one_line_with_the_trace_in_the_log(brokerlens_command, brokerlens_home, tmp_path):
+    (tmp_path / "not-a-folder").write_text("")
+    env = {**os.environ, "BROKERLENS_LANDING_DIR": str(tmp_path / "not-a-folder" / "landing")}
+    proc = subprocess.run(brokerlens_command("demo-data", "--date", "2026-11-21"),
+                          capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    last = proc.stderr.splitlines()[-1]
+    assert last.startswith("error: NotADirectoryError: ") and "not-a-folder" in last, proc.stderr
+    assert "Traceback" in (brokerlens_home / "logs" / "brokerlens.log").read_text()
+
+
 def test_sql_csv_and_table(spark):
     seed_quarantine(spark)
     runner = CliRunner()
@@ -58,5 +91,5 @@ def test_tables_lists_every_table_with_columns(spark):
     seed_quarantine(spark)
     out = CliRunner().invoke(cli.app, ["tables"])
     assert out.exit_code == 0
-    assert "quarantine  [bronze, version 0]" in out.stdout
+    assert "quarantine  [bronze, version 1]" in out.stdout  # version 0 created it empty
     assert "source_file" in out.stdout

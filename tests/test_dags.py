@@ -179,3 +179,10 @@ def test_collection_dag_runs_only_with_a_cluster_url(dags, tmp_path):
     # Every 5 minutes, the next one right after the previous.
     starts = [datetime.fromisoformat(r[3]) for r in on["runs"]]
     assert [b - a for a, b in zip(starts, starts[1:])] == [timedelta(minutes=5)] * 2
+
+
+def test_daily_dag_pulls_prometheus_first_when_configured(dags, tmp_path):
+    assert "collect_prometheus" not in dags["dags"]["brokerlens_daily"]["tasks"]
+    daily = describe_dags(tmp_path, BROKERLENS_PROMETHEUS_URL="http://prometheus:9090")["dags"]["brokerlens_daily"]
+    assert daily["tasks"]["land"]["upstream"] == ["collect_prometheus"]
+    assert daily["tasks"]["collect_prometheus"]["upstream"] == []

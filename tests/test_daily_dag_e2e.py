@@ -196,6 +196,33 @@ def test_a_failing_step_stops_the_later_ones_and_mails_the_failure(airflow_home,
     assert not list(home.rglob("*.html"))
 
 
+def stage_output(log: str, task_id: str) -> list[str]:
+    """What the stage's command printed, as the task log shows it (SparkSubmitHook's lines)."""
+    lines = re.findall(r"\] (.*?) +\[airflow\.task\.hooks\.[\w.]*SparkSubmitHook\]", log)
+    return [line for line in lines if not line.startswith("Spark-Submit cmd")]
+
+
+def test_a_stage_failure_ends_its_task_log_with_the_reason(airflow_home, tmp_path):
+    """Light: one task (report, on empty tables) through the DAG's operator, failing on a path."""
+    home, blocker = tmp_path / "var", tmp_path / "a-file"
+    blocker.write_text("")
+    day = date(2026, 11, 23)
+    with SmtpSink(tmp_path / "mail") as sink:
+        env = airflow_env(airflow_home, home, sink.port, BROKERLENS_FAILURE_EMAIL="oncall@example.com",
+                          BROKERLENS_DAG_RETRIES="0", BROKERLENS_REPORTS_DIR=str(blocker / "reports"))
+        run = airflow("tasks", "test", "brokerlens_daily", "report", day.isoformat(), env=env, timeout=900)
+    log = run.stdout + run.stderr
+    assert "new_state=failed" in log, log[-3000:]
+    reason = f"error: NotADirectoryError: [Errno 20] Not a directory: '{blocker / 'reports' / day.isoformat()}'"
+    # The stage's last line is its reason; a user's mistake (a path) prints no stack trace.
+    output = stage_output(log, "report")
+    assert output and output[-1] == reason, output[-5:]
+    assert not any("Traceback" in line for line in output)
+    # What Airflow records as the task's error is that reason, without spark-submit's traceback.
+    assert f"report failed (exit code 2):\n{reason}" in log
+    assert "The above exception was the direct cause" not in log and "Cannot execute: spark-submit" not in log
+
+
 def test_collection_dag_snapshots_a_cluster_into_landing(airflow_home, tmp_path, admin):
     home = tmp_path / "var"
     env = airflow_env(airflow_home, home, 8025, BROKERLENS_ADMIN_URL=admin, BROKERLENS_ADMIN_TOKEN=TOKEN,

@@ -43,3 +43,16 @@ def test_off_mode_is_silent(caplog, capsys):
     for _ in track([1, 2], "quiet", mode="off"):
         pass
     assert not caplog.records and capsys.readouterr().err == ""
+
+
+def test_a_step_left_by_an_exception_is_logged_as_stopped_not_done(caplog):
+    caplog.set_level(logging.INFO, logger="brokerlens.progress")
+    try:
+        for i in track(range(5), "land 2026-11-21", unit="kinds", mode="log", interval=3600):
+            if i == 2:
+                raise ValueError("unreadable")
+    except ValueError:
+        pass
+    lines = [r.getMessage() for r in caplog.records]
+    # Items 0 and 1 were advanced; the exception came while item 2 was being processed.
+    assert lines[-1].startswith("land 2026-11-21: stopped, 2/5 kinds, 40%")

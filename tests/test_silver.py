@@ -115,3 +115,87 @@ def test_silver_tables(spark, settings):
     before = {t: rows(read_table(t), *read_table(t).columns) for t in SILVER}
     build_silver(DAY, settings)
     assert {t: rows(read_table(t), *read_table(t).columns) for t in SILVER} == before
+
+
+# ------------------------------------------------- a day of plain /metrics scrapes, two brokers
+
+SCRAPE_DAY = date(2026, 11, 22)
+SCRAPE_MS = 1795341600000  # 2026-11-22T10:00:00Z; one scrape a minute from there
+# broker -> (partition, subscription, out messages per scrape, range counts per scrape)
+SCRAPED = {
+    "broker-1_8080": ("persistent://acme/ns1/orders-partition-0", "s1", [1000, 1600, 2500, 2600], [3, 5, 8, 13]),
+    # broker-2 reloads the topic between the 3rd and 4th scrape: the counter restarts at 40.
+    "broker-2_8080": ("persistent://acme/ns1/orders-partition-1", "s2", [5000, 5300, 5900, 40], [0, 0, 1, 1]),
+}
+
+
+def scrape_text(topic: str, sub: str, msgs: int, ranges: int, ms: int) -> str:
+    """One /metrics page as Pulsar 2.x/3.x writes it, with the exposition quirks real brokers emit:
+    `_total` families typed gauge, a family's second group without its # TYPE, a label set ending
+    in `,}`, label sets changing within a family, NaN/+Inf/-Inf, HELP/TYPE without samples, a
+    label-less sample and samples without timestamps. Bytes are 200 per message."""
+    ledger = topic.removeprefix("persistent://").replace("acme/ns1/", "acme/ns1/persistent/")
+    common = 'cluster="c1",namespace="acme/ns1"'
+    return "\n".join([
+        "# HELP pulsar_version_info -",
+        "# TYPE pulsar_version_info gauge",
+        f'pulsar_version_info{{cluster="c1",version="3.0.7",commit="3b5fd0a",}} 1.0 {ms}',
+        "# TYPE jvm_memory_bytes_used gauge",
+        'jvm_memory_bytes_used{cluster="c1",area="heap"} 2.5E8',
+        "# TYPE pulsar_out_messages_total gauge",
+        f'pulsar_out_messages_total{{{common},topic="{topic}"}} {msgs}.0 {ms}',
+        f'pulsar_out_messages_total{{{common},topic="{topic}",subscription="{sub}"}} {msgs} {ms}',
+        "# TYPE pulsar_out_bytes_total gauge",
+        f'pulsar_out_bytes_total{{{common},topic="{topic}"}} {msgs * 200}.0 {ms}',
+        "# HELP pulsar_unused_family nothing is reported under this name",
+        "# TYPE pulsar_unused_family gauge",
+        "# TYPE pulsar_broker_publish_latency summary",
+        'pulsar_broker_publish_latency{cluster="c1",quantile="0.99"} NaN',
+        'pulsar_broker_publish_latency_bucket{cluster="c1",le="+Inf"} -Inf',
+        "process_start_time_seconds 1.7E9",
+        # The same family again, for the subscription, without a # TYPE line.
+        f'pulsar_out_bytes_total{{{common},topic="{topic}",subscription="{sub}"}} {msgs * 200} {ms}',
+        "# TYPE brk_ml_cursor_nonContiguousDeletedMessagesRange gauge",
+        f'brk_ml_cursor_nonContiguousDeletedMessagesRange{{cluster="c1",namespace="acme/ns1",'
+        f'ledger_name="{ledger}",cursor_name="{sub}"}} {ranges} {ms}',
+        "",
+    ])
+
+
+def test_a_day_of_plain_scrapes_feeds_dispatch_and_ranges(spark, settings):
+    folder = settings.landing / SCRAPE_DAY.isoformat() / "metrics"
+    folder.mkdir(parents=True)
+    for broker, (topic, sub, msgs, ranges) in SCRAPED.items():
+        for i, (m, r) in enumerate(zip(msgs, ranges)):
+            (folder / f"{broker}@{i}.prom").write_text(scrape_text(topic, sub, m, r, SCRAPE_MS + i * 60_000))
+    landed = land_day(SCRAPE_DAY, settings)
+    assert landed.metrics["quarantined"] == 0
+    assert landed.metrics["metrics_rows"] == 2 * 4 * 10  # 10 samples a page, 4 pages, 2 brokers
+    build_silver(SCRAPE_DAY, settings)
+
+    intervals = rows(read_table("dispatch_intervals"), "level", "topic", "subscription", "interval_start")
+    assert {(r["grain"], r["source"], r["interval_seconds"]) for r in intervals} == {("scrape", "metrics-counters", 60.0)}
+    got = [(r["level"], r["broker"], r["subscription"], r["interval_start"].minute, r["msgs"], r["bytes"], r["counter_reset"])
+           for r in intervals]
+    assert got == [
+        # broker-2's subscription: 5300-5000, 5900-5300, then the reset (40 after 5900: delta = 40).
+        ("subscription", "broker-1:8080", "s1", 0, 600, 120000, False),
+        ("subscription", "broker-1:8080", "s1", 1, 900, 180000, False),
+        ("subscription", "broker-1:8080", "s1", 2, 100, 20000, False),
+        ("subscription", "broker-2:8080", "s2", 0, 300, 60000, False),
+        ("subscription", "broker-2:8080", "s2", 1, 600, 120000, False),
+        ("subscription", "broker-2:8080", "s2", 2, 40, 8000, True),
+        # Topic level: the same counters without the subscription label.
+        ("topic", "broker-1:8080", None, 0, 600, 120000, False),
+        ("topic", "broker-1:8080", None, 1, 900, 180000, False),
+        ("topic", "broker-1:8080", None, 2, 100, 20000, False),
+        ("topic", "broker-2:8080", None, 0, 300, 60000, False),
+        ("topic", "broker-2:8080", None, 1, 600, 120000, False),
+        ("topic", "broker-2:8080", None, 2, 40, 8000, True),
+    ]
+    snapshots = rows(read_table("cursor_snapshots"), "topic", "snapshot_at")
+    assert [(s["topic"], s["subscription"], s["broker"], s["ranges_reported"], s["ranges_source"]) for s in snapshots] == [
+        (topic, sub, broker.replace("_", ":"), r, "metrics")
+        for broker, (topic, sub, _, ranges) in SCRAPED.items() for r in ranges
+    ]
+    assert {s["namespace"] for s in snapshots} == {"acme/ns1"}

@@ -148,12 +148,15 @@ class StageSubmitOperator(SparkSubmitOperator):
         self._hook._process_spark_submit_log = lambda itr: process_log(_tee(itr, tail))
         try:
             super().execute(context)
-        except AirflowException as exc:
+        except AirflowException:
             process = self._hook._submit_sp
             summary = _error_summary(tail)
+            # from None: the reason is the stage's own error line, not spark-submit's command
+            # line and a second traceback (the hook's exception says only "Error code is: N").
             if process is not None and process.returncode == STAGE_FAILED_EXIT:
-                raise AirflowFailException(f"{self.stage} failed (not retried):\n{summary}") from exc
-            raise AirflowException(f"{self.stage} failed:\n{summary}") from exc
+                raise AirflowFailException(f"{self.stage} failed (not retried):\n{summary}") from None
+            code = f" (exit code {process.returncode})" if process is not None else ""
+            raise AirflowException(f"{self.stage} failed{code}:\n{summary}") from None
 
     def _connection_env(self) -> dict[str, str]:
         """The stage's connections (e.g. SMTP for ``alert``) for the spark-submit process, as
@@ -268,3 +271,19 @@ def collect_snapshot() -> None:
     from .pipeline import run_stage
 
     log.info("%s", run_stage("collect", None).render())
+
+
+def prometheus_url() -> str | None:
+    """``BROKERLENS_PROMETHEUS_URL``: when set, the daily DAG first pulls the day's Pulsar series
+    from that Prometheus server (``brokerlens collect --prometheus-url``)."""
+    return os.environ.get("BROKERLENS_PROMETHEUS_URL") or None
+
+
+def collect_prometheus_day(ds: str) -> None:
+    """``brokerlens collect --prometheus-url URL --date ds`` (HTTP only, no Spark); the step is
+    ``BROKERLENS_PROMETHEUS_STEP_SECONDS`` (default 60, the scrape interval)."""
+    from .pipeline import run_stage
+
+    step = env_int("BROKERLENS_PROMETHEUS_STEP_SECONDS", 60)
+    day = datetime.strptime(ds, "%Y-%m-%d").date()
+    log.info("%s", run_stage("collect", day, prometheus_url=prometheus_url(), step_seconds=step).render())

@@ -21,7 +21,8 @@ from pyspark.sql import functions as F
 
 from .holes import KEY, SEVERITY_RANK
 from .mail import MailError, build_message, send, smtp_session, smtp_target
-from .settings import AlertSettings, RecipientGroup, Settings
+from .report import report_url, subscription_anchor
+from .settings import AlertSettings, RecipientGroup, Settings, get_settings
 from .spark import get_spark
 from .stage import StageFailed, StageResult
 from .schemas import table_schema
@@ -65,7 +66,8 @@ def _environment() -> Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters.update(num=_num, ts=_ts, rate=_rate, forecast=_forecast)
+    env.filters.update(num=_num, ts=_ts, rate=_rate, forecast=_forecast,
+                       anchor=lambda a: subscription_anchor(a["cluster"], a["topic"], a["subscription"]))
     return env
 
 
@@ -83,7 +85,8 @@ def render(day: date, group: RecipientGroup, alerts: list[dict], cfg: AlertSetti
     text_summary = summary(alerts)
     subject = f"{cfg.subject_prefix} Pulsar unacked-range alerts {day}: {text_summary}".strip()
     env = _environment()
-    context = {"day": day, "group": group.name, "alerts": alerts, "summary": text_summary, "subject": subject}
+    context = {"day": day, "group": group.name, "alerts": alerts, "summary": text_summary, "subject": subject,
+               "report_url": report_url(day, get_settings())}
     return (
         subject,
         env.get_template("hole_alerts.txt.j2").render(context),

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import date
 
 from .pipeline import resolve
+from .progress import progress
 from .settings import Settings
 from .stage import StageResult
 
@@ -19,9 +20,12 @@ BUILD_STEPS: tuple[tuple[str, str], ...] = (
 
 def build_day(day: date, settings: Settings) -> StageResult:
     result = StageResult("build", day)
-    for _, target in BUILD_STEPS:
-        step = resolve(target)(day, settings)
-        result.writes += step.writes
-        result.lines += step.lines
-        result.metrics.update(step.metrics)
+    with progress(f"build {day}", total=len(BUILD_STEPS), unit="steps") as shown:
+        for name, target in BUILD_STEPS:
+            shown.note(name)
+            step = resolve(target)(day, settings)
+            result.writes += step.writes
+            result.lines += step.lines
+            result.metrics.update(step.metrics)
+            shown.advance()
     return result

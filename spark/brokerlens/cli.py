@@ -7,6 +7,7 @@ starts Spark only when it needs it.
 from __future__ import annotations
 
 import sys
+import traceback
 from datetime import date, datetime
 from enum import Enum
 from typing import Annotated, Optional
@@ -21,6 +22,15 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+# Exit codes: 1 a stage failed on its data; 2 the user's mistake (bad query, table, setting,
+# path); 3 anything unexpected (worth a retry, with the stack trace in the log file).
+USER_ERROR_EXIT = 2
+UNEXPECTED_EXIT = 3
+# Set by main(): a command started from a shell keeps Java's stderr and traces in the log file.
+_log_to_file = False
+_log_path = None
+_verbose = False
 
 DayOption = Annotated[
     datetime, typer.Option("--date", "-d", formats=["%Y-%m-%d"], help="Day to process (UTC), YYYY-MM-DD.")
@@ -38,6 +48,10 @@ def _main(
     verbose: Annotated[int, typer.Option("--verbose", "-v", count=True, help="More logging (stderr).")] = 0,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Warnings and errors only.")] = False,
 ) -> None:
+    global _log_path, _verbose
+    _verbose = verbose > 0
+    if _log_to_file and not verbose and _log_path is None:
+        _log_path = logs.divert_stderr(" ".join(sys.argv[1:2]))
     logs.configure(-1 if quiet else verbose)
 
 
@@ -74,13 +88,20 @@ def demo_data(
 @app.command()
 def collect(
     admin_url: Annotated[Optional[str], typer.Option(help="Pulsar admin REST URL, e.g. http://broker:8080 (default: settings admin_url).")] = None,
+    prometheus_url: Annotated[Optional[str], typer.Option(help="Prometheus server URL: pull DATE's Pulsar series (query_range) instead of the admin API.")] = None,
+    day: Annotated[Optional[datetime], typer.Option("--date", "-d", formats=["%Y-%m-%d"], help="With --prometheus-url: the UTC day to pull, YYYY-MM-DD.")] = None,
+    step: Annotated[int, typer.Option(help="With --prometheus-url: query step in seconds, the scrape interval.")] = 60,
 ) -> None:
-    """Snapshot a live cluster's admin REST API into landing."""
+    """Snapshot a live cluster's admin REST API into landing, or pull a day from Prometheus."""
     from .pipeline import run_stage
     from .stage import StageFailed
 
     try:
-        typer.echo(run_stage("collect", None, admin_url=admin_url).render())
+        if prometheus_url:
+            result = run_stage("collect", _day(day) if day else None, prometheus_url=prometheus_url, step_seconds=step)
+        else:
+            result = run_stage("collect", None, admin_url=admin_url)
+        typer.echo(result.render())
     except StageFailed as exc:
         _fail(f"collect failed: {exc}", code=1)
 
@@ -142,6 +163,7 @@ def sql(
     try:
         columns, rows = run_sql(query)
     except QueryError as exc:
+        _keep_trace(always=False)
         _fail(str(exc))
     sys.stdout.write(format_rows(columns, rows, fmt.value) + "\n")
 
@@ -197,15 +219,60 @@ def vacuum_cmd(
             typer.echo(f"{name}: {'would delete' if dry_run else 'deleted'} {len(removed)} files")
 
 
-def main() -> None:
+def _user_errors() -> tuple[tuple[type[Exception], ...], tuple[type[Exception], ...]]:
+    """(brokerlens's errors, whose message is written for the user; other mistakes of the user:
+    an invalid setting, a missing or unwritable path)."""
+    from pydantic import ValidationError
+
+    from .query import QueryError
     from .schemas import SchemaError
     from .tables import TableError
 
+    return (TableError, SchemaError, QueryError), (ValidationError, FileNotFoundError, NotADirectoryError, PermissionError)
+
+
+def _keep_trace(always: bool) -> None:
+    """The current exception's stack trace to the log file, or to stderr with --verbose; if
+    ``always``, also where stderr is the log (under spark-submit)."""
+    if always or _log_path or _verbose:
+        logs.to_log_file(traceback.format_exc())
+
+
+def _one_line(exc: BaseException) -> str:
+    """The exception's type and the first line of its message; for an error raised in Spark's
+    JVM, the Java exception's own (e.g. ``ParentNotDirectoryException: Parent path is not a
+    directory: ...``) rather than Py4J's wrapper around it."""
+    java = getattr(exc, "java_exception", None)
+    try:
+        text = str(java.toString()) if java is not None else str(exc)
+    except Exception:  # the JVM is gone: Py4J's own message will do
+        text = str(exc)
+    first = next((line.strip() for line in text.strip().splitlines() if line.strip()), "")
+    if java is not None:  # "org.apache.hadoop.fs.ParentNotDirectoryException: ..." without the package
+        name, colon, message = first.partition(":")
+        return name.rpartition(".")[2] + colon + message
+    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+
+
+def main(log_to_file: bool = True) -> None:
+    """The ``brokerlens`` command. Errors end in one ``error:`` line on stderr (the last line of
+    an Airflow task's log). The stack trace of an unexpected error goes to the log file, or to
+    stderr with --verbose and under spark-submit (``log_to_file=False``, stderr is the task log);
+    a user's mistake needs none there."""
+    global _log_to_file
+    _log_to_file = log_to_file
     try:
         app()
-    except (TableError, SchemaError) as exc:
-        typer.echo(f"error: {exc}", err=True)
-        sys.exit(2)
+    except Exception as exc:  # SystemExit passes: the commands' own exit codes stand
+        ours, theirs = _user_errors()
+        user_error = isinstance(exc, ours + theirs)
+        _keep_trace(always=not user_error)
+        if user_error:
+            typer.echo(f"error: {exc if isinstance(exc, ours) else _one_line(exc)}", err=True)
+            sys.exit(USER_ERROR_EXIT)
+        where = f" (stack trace in {_log_path})" if _log_path else ""
+        typer.echo(f"error: unexpected {_one_line(exc)}{where}", err=True)
+        sys.exit(UNEXPECTED_EXIT)
 
 
 if __name__ == "__main__":

@@ -152,7 +152,9 @@ def parse_ranges(snapshots: DataFrame) -> DataFrame:
     backtracking pattern over the whole string: remove every range, and what remains must be
     exactly ``[`` + (n - 1) commas + ``]``.
     """
+    # Pulsar before 2.x printed ranges with the two-dot leader U+2025 and a trailing ", ]".
     text = F.regexp_replace(F.col("individually_deleted_messages"), r"\s+", "")
+    text = F.regexp_replace(F.regexp_replace(text, "\u2025", ".."), r",\]$", "]")
     matches = F.regexp_extract_all(text, F.lit(RANGE), 0)
     rest = F.regexp_replace(text, RANGE, "")
     expected = F.concat(F.lit("["), F.repeat(F.lit(","), F.greatest(F.size(matches) - 1, F.lit(0))), F.lit("]"))
@@ -237,9 +239,11 @@ def cursor_ranges_frame(snapshots: DataFrame, day: date, alerts: AlertSettings) 
     zero = F.lit(0).cast("bigint")
     no_ranges = F.col("ranges_parsed").isNull()
     ranges = F.when(parsed_ok, F.coalesce("ranges_parsed", zero)).otherwise(F.col("ranges_reported"))
-    reported_source = F.when(
-        F.col("ranges_source") == "internal-stats", F.lit("totalNonContiguousDeletedMessagesRange")
-    ).otherwise(F.lit("nonContiguousDeletedMessagesRanges"))
+    reported_source = (
+        F.when(F.col("ranges_source") == "internal-stats", F.lit("totalNonContiguousDeletedMessagesRange"))
+        .when(F.col("ranges_source") == "metrics", F.lit("brk_ml_cursor_nonContiguousDeletedMessagesRange"))
+        .otherwise(F.lit("nonContiguousDeletedMessagesRanges"))
+    )
     out = joined.select(
         "day", "snapshot_at", "cluster", "broker", "namespace", "topic", "subscription",
         "subscription_type", "mark_delete_position",

@@ -129,8 +129,10 @@ def progress(
         step._task = _display.add_task(description, total=total, unit=unit)
     elif step.mode == "log":
         log.info("%s: started%s", description, f" ({total} {unit})" if total is not None else "")
+    outcome = "stopped"  # an exception left the step: not "done"
     try:
         yield step
+        outcome = "done"
     finally:
         if step.mode == "bar":
             _open_bars -= 1
@@ -138,7 +140,7 @@ def progress(
                 _display.stop()
                 _display = None
         elif step.mode == "log":
-            log.info("%s: done, %s", description, step._status(time.monotonic()))
+            log.info("%s: %s, %s", description, outcome, step._status(time.monotonic()))
 
 
 def track(

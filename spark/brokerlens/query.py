@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import csv
+import difflib
 import io
 import json
+import logging
 import re
 from datetime import date, datetime, timezone
 from decimal import Decimal
 from typing import Any, Literal
 
-from pyspark.errors import AnalysisException, ParseException
+from pyspark.errors import ParseException, PySparkException
+from pyspark.logger import PySparkLogger
 from pyspark.sql import Row, SparkSession
 
 from .schemas import table_schemas
@@ -29,27 +32,53 @@ def run_sql(query: str, spark: SparkSession | None = None) -> tuple[list[str], l
 
     spark = spark or get_spark()
     register_tables(spark)
+    # PySpark logs every failed query as a JSON record with the whole Java stack trace, on a
+    # handler of its own; the error reaches the user as a QueryError (its trace: the log file).
+    verbose = logging.getLogger("brokerlens").isEnabledFor(logging.DEBUG)
+    PySparkLogger.getLogger("SQLQueryContextLogger").setLevel(logging.DEBUG if verbose else logging.CRITICAL)
     try:
         df = spark.sql(query)
         return df.columns, df.collect()
-    except ParseException as exc:
-        raise QueryError(f"SQL syntax error: {_first_line(exc)}") from exc
-    except AnalysisException as exc:
-        message = _first_line(exc)
-        if getattr(exc, "getCondition", lambda: None)() == "TABLE_OR_VIEW_NOT_FOUND" or (
-            "TABLE_OR_VIEW_NOT_FOUND" in message
-        ):
-            missing = re.search(r"`?([\w.]+)`? cannot be found", message)
-            name = missing.group(1) if missing else "?"
-            raise QueryError(
-                f"unknown table {name}; tables are: {', '.join(sorted(table_schemas()))}"
-            ) from exc
-        raise QueryError(message) from exc
+    except PySparkException as exc:
+        raise QueryError(explain(exc, query)) from exc
 
 
-def _first_line(exc: Exception) -> str:
-    text = str(exc).strip()
-    return text.split("\n\nJVM stacktrace")[0].strip()
+def explain(exc: PySparkException, query: str) -> str:
+    """One line for a failed query: what is wrong and what to do, without Spark's plan or trace."""
+    condition = exc.getCondition() or ""
+    params = exc.getMessageParameters() or {}
+    tables = sorted(table_schemas())
+    if condition == "TABLE_OR_VIEW_NOT_FOUND":
+        name = _unquote(params.get("relationName", "?"))
+        return f"unknown table {name}; {_suggest(name, tables, 'tables are')}"
+    if condition.startswith("UNRESOLVED_COLUMN"):
+        name = _unquote(params.get("objectName", "?"))
+        used = [t for t in tables if re.search(rf"\b{t}\b", query)]
+        where = f" in {', '.join(used)}" if used else ""
+        proposal = _unquote(params.get("proposal", ""))
+        hint = f"; did you mean: {proposal}" if proposal else ""
+        return f"column {name} not found{where}{hint} (`brokerlens tables NAME` lists the columns)"
+    message = _first_line(exc)
+    if isinstance(exc, ParseException):
+        return f"SQL syntax error: {message}"
+    return message
+
+
+def _unquote(text: str) -> str:
+    return text.replace("`", "")
+
+
+def _suggest(name: str, known: list[str], label: str) -> str:
+    close = difflib.get_close_matches(name.split(".")[-1], known, n=3)
+    return f"did you mean: {', '.join(close)}" if close else f"{label}: {', '.join(known)}"
+
+
+def _first_line(exc: PySparkException) -> str:
+    """Spark's message without its error class, SQLSTATE, plan or stack trace."""
+    text = (exc.getMessage() if exc.getCondition() else str(exc)).strip()
+    text = text.split("\n\nJVM stacktrace")[0].splitlines()[0] if text else type(exc).__name__
+    text = re.sub(r"^\[[A-Z_.]+\]\s*", "", text)
+    return re.sub(r"\s*SQLSTATE: \w+\.?;?.*$", "", text).strip()
 
 
 def _plain(value: Any) -> Any:

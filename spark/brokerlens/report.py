@@ -15,12 +15,14 @@ from __future__ import annotations
 import base64
 import io
 import logging
+import re
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta, timezone
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from .progress import progress
 from .schemas import table_schemas
 from .settings import Settings
 from .spark import get_spark
@@ -39,6 +41,21 @@ SEVERITY_ORDER = {"critical": 0, "error": 0, "warning": 1, "forecast": 2}
 def report_path(day: date, settings: Settings):
     """Where the report of ``day`` is written (the alert mail links to it)."""
     return settings.reports / day.isoformat() / f"brokerlens-{day.isoformat()}.html"
+
+
+def report_url(day: date, settings: Settings) -> str:
+    """The report's address in the alert mail: under ``report.base_url`` when the reports folder
+    is served, else the file's own URL."""
+    path = report_path(day, settings)
+    base = settings.report.base_url
+    if base:
+        return f"{base.rstrip('/')}/{path.relative_to(settings.reports).as_posix()}"
+    return path.as_uri()
+
+
+def subscription_anchor(cluster: str, topic: str, subscription: str) -> str:
+    """The id of a subscription's row in the report's alerts section (the mail links to it)."""
+    return "sub-" + re.sub(r"[^A-Za-z0-9_]+", "-", f"{cluster}-{topic}-{subscription}").strip("-")
 
 
 # ------------------------------------------------------------------------- page model
@@ -63,6 +80,8 @@ class Table:
     caption: str = ""
     # Rows left out because of report.max_rows.
     more: int = 0
+    # An id per row, for links into the report (the alert mail's, to a subscription).
+    row_ids: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -185,6 +204,13 @@ def _figure(height: float = 2.6):
 def _svg(fig) -> str:
     import matplotlib.pyplot as plt
 
+    # Ids for the chart's parts, so that a test (or a reader's tool) finds its axis labels and
+    # legend in the SVG: x-label, y-label-N, legend-N (and "title", set with the title).
+    fig.axes[0].xaxis.label.set_gid("x-label")
+    for i, ax in enumerate(fig.axes):
+        ax.yaxis.label.set_gid(f"y-label-{i}")
+    for i, legend in enumerate(fig.legends + [ax.get_legend() for ax in fig.axes if ax.get_legend()]):
+        legend.set_gid(f"legend-{i}")
     buffer = io.BytesIO()
     fig.savefig(buffer, format="svg", metadata={"Date": None})
     plt.close(fig)
@@ -239,7 +265,7 @@ def dispatch_chart(day: date, label: str, unit: str, minutes: dict[int, tuple[in
     ax2.set_ylim(0, max(1, np.nanmax(debt) if len(minutes) else 1) * 1.1)
     ax2.yaxis.set_major_formatter(StrMethodFormatter("{x:,.0f}"))
     _time_axis(ax, start, start + timedelta(days=1))
-    ax.set_title(label)
+    ax.set_title(label, gid="title")
     handles = ax.get_legend_handles_labels()[0] + ax2.get_legend_handles_labels()[0]
     fig.legend(handles=handles, loc="outside upper right", ncols=2, frameon=False, fontsize=8)
     total_over = int(over.sum())
@@ -285,13 +311,24 @@ def cursor_chart(
     ax.set_ylim(0, top)
     ax.set_ylabel("ranges")
     _time_axis(ax, start, end)
-    ax.set_title(label)
+    ax.set_title(label, gid="title")
     fig.legend(loc="outside upper right", frameon=False, fontsize=8, ncols=4)
     peak = max((r for _, r in points), default=0)
     return Chart(label, _svg(fig), f"{label}: up to {peak:,} ranges against a cap of {cap:,}")
 
 
 # --------------------------------------------------------------------------- sections
+
+
+def _scrape_note(rows: list) -> str:
+    """Scopes measured only from counters at scrape grain: what they say is a lower bound."""
+    scraped = [scope_label(r["level"], r["broker"], r["topic"], r["subscription"]) for r in rows if r["grain"] != "period"]
+    if not scraped:
+        return ""
+    return (
+        f" From scrape-grain counters (topic stats or /metrics, not per period): {', '.join(scraped)}; "
+        "over-delivery over a scrape interval (e.g. 60 s) is a lower bound of the per-period figure."
+    )
 
 
 def dispatch_section(day: date, settings: Settings, headline: list[Number]) -> Section:
@@ -353,7 +390,7 @@ def dispatch_section(day: date, settings: Settings, headline: list[Number]) -> S
             ],
             numeric={2, 3, 4, 5, 6, 7, 8},
             prose={11},
-            caption="Worst scopes by messages over quota, then bytes over quota.",
+            caption="Worst scopes by messages over quota, then bytes over quota." + _scrape_note(rows),
             more=more,
         )
     )
@@ -577,6 +614,7 @@ def alert_section(day: date, settings: Settings, headline: list[Number]) -> Sect
             prose={10, 11},
             caption="Most severe first; escalated and new before ongoing and resolved.",
             more=more,
+            row_ids=[subscription_anchor(r["cluster"], r["topic"], r["subscription"]) for r in rows],
         )
     )
     mail_rows, mail_more = _limited(
@@ -835,10 +873,12 @@ def report_day(day: date, settings: Settings) -> StageResult:
     result = StageResult("report", day)
     headline: list[Number] = []
     sections = []
-    for build in SECTIONS:
-        section = build(day, settings, headline)
-        log.info("report %s: section %s (%d charts)", day, section.id, len(section.charts))
-        sections.append(section)
+    with progress(f"report {day}", total=len(SECTIONS), unit="sections") as step:
+        for build in SECTIONS:
+            section = build(day, settings, headline)
+            step.note(f"{section.id} ({len(section.charts)} charts)")
+            step.advance()
+            sections.append(section)
     html = render_html(day, sections, headline, _source_versions())
     path = report_path(day, settings)
     path.parent.mkdir(parents=True, exist_ok=True)

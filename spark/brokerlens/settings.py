@@ -125,6 +125,9 @@ class ReportSettings(BaseModel):
     max_rows: int = Field(default=25, ge=1)
     # Days of cursor_ranges (the report's day included) in the trend charts.
     trend_days: int = Field(default=3, ge=1)
+    # Where the reports folder is served (e.g. https://ops.example.com/brokerlens): the alert mail
+    # links to <base_url>/<day>/brokerlens-<day>.html; unset, it links to the file itself.
+    base_url: str | None = None
 
 
 class CollectSettings(BaseModel):

@@ -1,11 +1,13 @@
 """Silver tables of a day, from the bronze tables (the first step of `brokerlens build`).
 
 * ``dispatch_intervals``: dispatch records at period grain; for scopes that only have counter
-  snapshots, the differences of successive ``msgOutCounter``/``bytesOutCounter`` at scrape grain
+  snapshots, the differences of successive ``msgOutCounter``/``bytesOutCounter`` (topic stats) or
+  ``pulsar_out_messages_total``/``pulsar_out_bytes_total`` (broker /metrics) at scrape grain
   (a counter that went backwards was reset by a topic reload: the delta is the new value).
 * ``cursor_snapshots``: each internal-stats cursor with the topic-stats subscription of the same
   collection (the nearest snapshot within ``STATS_PAIRING_SECONDS``), plus topic-stats
-  subscriptions that have no cursor data.
+  subscriptions that have no cursor data, plus range counts from broker /metrics
+  (``brk_ml_cursor_nonContiguousDeletedMessagesRange``) for subscriptions no stats cover.
 * ``producer_snapshots``: producer stats with the configuration they ran with.
 * ``rate_limits``: the effective dispatch limit per level and scope through the day, by Pulsar's
   precedence topic policy > namespace policy > broker config, per topic partition.
@@ -27,6 +29,11 @@ from .tables import read_table, write_table
 STATS_PAIRING_SECONDS = 60
 PARTITION_SUFFIX = r"-partition-[0-9]+$"
 FOREVER = datetime(9999, 12, 31, tzinfo=timezone.utc)
+SCOPE = ["level", "cluster", "topic", "subscription"]
+# Broker /metrics out counters (Pulsar's prometheus TopicStats) -> snapshot column.
+OUT_COUNTERS = {"pulsar_out_messages_total": "msg_counter", "pulsar_out_bytes_total": "bytes_counter"}
+# brk_ml_cursor_nonContiguousDeletedMessagesRange (ManagedCursorMetrics): a cursor's range count.
+CURSOR_RANGES_METRIC = "brk_ml_cursor_nonContiguousDeletedMessagesRange"
 
 
 def namespace_of(topic: Column) -> Column:
@@ -68,8 +75,8 @@ def period_intervals(dispatch: DataFrame) -> DataFrame:
     )
 
 
-def counter_intervals(topic_stats: DataFrame) -> DataFrame:
-    """Scrape-grain intervals between successive counter snapshots of the same scope."""
+def counter_snapshots(topic_stats: DataFrame) -> DataFrame:
+    """Topic-stats out counters per scope and collection time."""
     subscriptions = topic_stats.where(F.col("subscription").isNotNull()).select(
         F.lit("subscription").alias("level"), "cluster", "broker", "topic", "subscription", "collected_at",
         F.col("msg_out_counter").alias("msg_counter"), F.col("bytes_out_counter").alias("bytes_counter"),
@@ -78,15 +85,47 @@ def counter_intervals(topic_stats: DataFrame) -> DataFrame:
         F.lit("topic").alias("level"), "cluster", "broker", "topic", F.lit(None).cast("string").alias("subscription"),
         "collected_at", F.col("topic_msg_out_counter").alias("msg_counter"), F.col("topic_bytes_out_counter").alias("bytes_counter"),
     )
-    scope = ["level", "cluster", "topic", "subscription"]
-    snapshots = (
+    return (
         subscriptions.unionByName(topics)
         .where(F.col("msg_counter").isNotNull() & F.col("bytes_counter").isNotNull())
         # The topic counters repeat on each subscription row of a snapshot: one per snapshot.
-        .groupBy(*scope, "collected_at")
+        .groupBy(*SCOPE, "collected_at")
         .agg(F.max("broker").alias("broker"), F.max("msg_counter").alias("msg_counter"), F.max("bytes_counter").alias("bytes_counter"))
     )
-    order = Window.partitionBy(*scope).orderBy("collected_at")
+
+
+def metric_topic(labels: Column) -> Column:
+    """The sample's topic partition; with splitTopicAndPartitionIndexLabel=true Pulsar puts the
+    partition index in its own ``partition`` label."""
+    topic, partition = labels["topic"], labels["partition"]
+    split = partition.isNotNull() & (partition != "-1") & ~topic.rlike(PARTITION_SUFFIX)
+    return F.when(split, F.concat(topic, F.lit("-partition-"), partition)).otherwise(topic)
+
+
+def metric_counter_snapshots(metrics: DataFrame) -> DataFrame:
+    """Broker /metrics out counters per scope and sample time: ``pulsar_out_messages_total`` and
+    ``pulsar_out_bytes_total`` with a ``topic`` label (topic level) and also a ``subscription``
+    label (subscription level), as Pulsar's prometheus TopicStats writes them."""
+    labels = F.col("labels")
+    samples = metrics.where(
+        F.col("metric").isin(*OUT_COUNTERS) & labels["topic"].isNotNull() & ~F.isnan("value")
+    ).select(
+        F.when(labels["subscription"].isNotNull(), F.lit("subscription")).otherwise(F.lit("topic")).alias("level"),
+        "cluster", "broker", metric_topic(labels).alias("topic"), labels["subscription"].alias("subscription"),
+        F.coalesce("sample_timestamp", "collected_at").alias("collected_at"),
+        "metric", "value",
+    )
+    counter = {name: F.max(F.when(F.col("metric") == metric, F.col("value"))).cast("bigint") for metric, name in OUT_COUNTERS.items()}
+    return (
+        samples.groupBy(*SCOPE, "collected_at")
+        .agg(F.max("broker").alias("broker"), *[c.alias(name) for name, c in counter.items()])
+        .where(F.col("msg_counter").isNotNull() & F.col("bytes_counter").isNotNull())
+    )
+
+
+def counter_intervals(snapshots: DataFrame, source: str) -> DataFrame:
+    """Scrape-grain intervals between successive counter snapshots of the same scope."""
+    order = Window.partitionBy(*SCOPE).orderBy("collected_at")
     with_prev = snapshots.select(
         "*",
         F.lag("collected_at").over(order).alias("prev_at"),
@@ -108,18 +147,24 @@ def counter_intervals(topic_stats: DataFrame) -> DataFrame:
         F.when(reset, F.col("bytes_counter")).otherwise(F.col("bytes_counter") - F.col("prev_bytes")).alias("bytes"),
         F.lit(None).cast("bigint").alias("entries"),
         F.lit(None).cast("bigint").alias("redelivered_msgs"),
-        F.lit("topic-stats-counters").alias("source"),
+        F.lit(source).alias("source"),
         reset.alias("counter_reset"),
     )
 
 
-def dispatch_intervals(dispatch: DataFrame, topic_stats: DataFrame) -> DataFrame:
-    periods = period_intervals(dispatch)
-    scope = ["level", "cluster", "topic", "subscription"]
-    covered = periods.select(*scope).distinct()
-    counters = counter_intervals(topic_stats)
-    counters = counters.join(covered, _same(scope, counters, covered), "left_anti")
-    return periods.unionByName(counters.select(*periods.columns))
+def dispatch_intervals(dispatch: DataFrame, topic_stats: DataFrame, metrics: DataFrame) -> DataFrame:
+    """Per scope, the finest source there is: dispatch records, else topic-stats counters, else
+    the broker's /metrics counters."""
+    out = period_intervals(dispatch)
+    for snapshots, source in (
+        (counter_snapshots(topic_stats), "topic-stats-counters"),
+        (metric_counter_snapshots(metrics), "metrics-counters"),
+    ):
+        intervals = counter_intervals(snapshots, source)
+        covered = out.select(*SCOPE).distinct()
+        intervals = intervals.join(covered, _same(SCOPE, intervals, covered), "left_anti")
+        out = out.unionByName(intervals.select(*out.columns))
+    return out
 
 
 # ------------------------------------------------------------------------- cursor_snapshots
@@ -139,7 +184,27 @@ def ledger_entries(internal: DataFrame) -> Column:
     ).otherwise(F.col("ledger_entries"))
 
 
-def cursor_snapshots(internal: DataFrame, topic_stats: DataFrame) -> DataFrame:
+def metric_cursors(metrics: DataFrame) -> DataFrame:
+    """Range counts from ``brk_ml_cursor_nonContiguousDeletedMessagesRange`` (labels ``ledger_name``
+    ``tenant/ns/persistent/<encoded local name>`` and ``cursor_name``), in cursor_snapshots' shape."""
+    ledger = F.col("labels")["ledger_name"]
+    topic = F.concat(
+        F.lit("persistent://"),
+        F.regexp_extract(ledger, r"^(.*)/persistent/", 1),
+        F.lit("/"),
+        F.url_decode(F.regexp_extract(ledger, r"/persistent/(.*)$", 1)),
+    )
+    return metrics.where(
+        (F.col("metric") == CURSOR_RANGES_METRIC) & ledger.contains("/persistent/") & ~F.isnan("value")
+    ).select(
+        "cluster", "broker", topic.alias("topic"), F.col("labels")["cursor_name"].alias("subscription"),
+        F.coalesce("sample_timestamp", "collected_at").alias("snapshot_at"),
+        F.col("value").cast("bigint").alias("ranges_reported"),
+        "source_file",
+    ).where(F.col("subscription").isNotNull())
+
+
+def cursor_snapshots(internal: DataFrame, topic_stats: DataFrame, metrics: DataFrame) -> DataFrame:
     cursors = internal.where(F.col("cursor").isNotNull()).select(
         "cluster", "broker", "topic", F.col("cursor").alias("subscription"),
         F.col("collected_at").alias("internal_at"), "mark_delete_position", "read_position",
@@ -170,7 +235,7 @@ def cursor_snapshots(internal: DataFrame, topic_stats: DataFrame) -> DataFrame:
     rows = paired.unionByName(alone, allowMissingColumns=True)
     has_cursor = F.col("internal_at").isNotNull()
     snapshot_at = F.coalesce("internal_at", "stats_at")
-    return rows.select(
+    stats_rows = rows.select(
         F.to_date(snapshot_at).alias("day"),
         snapshot_at.alias("snapshot_at"),
         "cluster",
@@ -196,6 +261,13 @@ def cursor_snapshots(internal: DataFrame, topic_stats: DataFrame) -> DataFrame:
         "consumers",
         F.coalesce("internal_file", "stats_file").alias("source_file"),
     )
+    # Metrics only for subscriptions that no stats snapshot covers: they are the coarser source.
+    from_metrics = metric_cursors(metrics).join(stats_rows.select(*key).distinct(), key, "left_anti")
+    from_metrics = from_metrics.select(
+        F.to_date("snapshot_at").alias("day"), "*", namespace_of(F.col("topic")).alias("namespace"),
+        F.lit("metrics").alias("ranges_source"),
+    )
+    return stats_rows.unionByName(from_metrics, allowMissingColumns=True)
 
 
 # ----------------------------------------------------------------------- producer_snapshots
@@ -489,10 +561,11 @@ def build_silver(day: date, settings: Settings) -> StageResult:
     topic_stats = bronze("bronze_topic_stats").persist()
     internal = bronze("bronze_internal_stats")
     dispatch = bronze("bronze_dispatch").persist()
+    metrics = bronze("bronze_metrics").where(F.col("metric").isin(*OUT_COUNTERS, CURSOR_RANGES_METRIC))
     policies = read_table("bronze_policies", settings=settings).where(F.col("day") <= F.lit(day))
     tables = {
-        "dispatch_intervals": dispatch_intervals(dispatch, topic_stats),
-        "cursor_snapshots": cursor_snapshots(internal, topic_stats),
+        "dispatch_intervals": dispatch_intervals(dispatch, topic_stats, metrics),
+        "cursor_snapshots": cursor_snapshots(internal, topic_stats, metrics),
         "producer_snapshots": producer_snapshots(bronze("bronze_producer_stats")),
         "rate_limits": rate_limits(policies, topic_stats, internal, dispatch, day),
     }

@@ -6,28 +6,23 @@ with the master and resources decided by spark-submit (the ``spark_default`` con
 cluster is a connection change. The stage's summary goes to stdout, which the operator copies
 into the task log.
 
-Exit codes: 0 done; 1 the stage failed on its data (``StageFailed``, e.g. a critical expectation:
-a retry would fail the same way); 2 bad usage, table or schema; 3 anything unexpected (a lost
-JVM, an unreachable server: worth a retry).
+Exit codes (``brokerlens.cli``): 0 done; 1 the stage failed on its data (``StageFailed``, e.g. a
+critical expectation: a retry would fail the same way); 2 bad usage, table, setting or path; 3
+anything unexpected (a lost JVM, an unreachable server: worth a retry). A failure's stack trace,
+if any, comes first and its one-line reason (``error: ...``) last, so the task log ends with it.
 """
 
 from __future__ import annotations
 
 import sys
-import traceback
 from pathlib import Path
-
-UNEXPECTED_EXIT = 3
 
 
 def main() -> None:
     from brokerlens.cli import main as cli_main
 
-    try:
-        cli_main()
-    except Exception:  # SystemExit passes: the CLI's own exit codes stand
-        traceback.print_exc()
-        sys.exit(UNEXPECTED_EXIT)
+    # stderr is the task log here: traces stay in it, before the reason.
+    cli_main(log_to_file=False)
 
 
 if __name__ == "__main__":

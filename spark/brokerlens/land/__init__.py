@@ -13,6 +13,7 @@ from datetime import date
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from ..progress import track
 from ..schemas import table_schema
 from ..settings import Settings
 from ..spark import get_spark
@@ -52,7 +53,7 @@ def land_kind(parser, day: date, settings: Settings) -> tuple[DataFrame, DataFra
 def land_day(day: date, settings: Settings) -> StageResult:
     result = StageResult("land", day)
     quarantined, parsed_frames = [], []
-    for parser in PARSERS:
+    for parser in track(PARSERS, f"land {day}", unit="kinds"):
         good, bad, parsed = land_kind(parser, day, settings)
         parsed_frames.append(parsed)
         write = write_table(good, parser.TABLE, mode="replace", partitions=[{"day": day}], settings=settings)

@@ -55,9 +55,29 @@ def struct_ddl(fields: tuple[Field, ...]) -> str:
     return ", ".join(f"`{f.key}` {f.type}" for f in fields)
 
 
+INTEGRAL = ("bigint", "int")
+# Spark renders a JSON number as map<string,string> value in plain or scientific notation.
+_DECIMAL = r"^-?[0-9]+(\.[0-9]+)?([eE][+-]?[0-9]+)?$"
+
+
 def parse_object(text: Column, fields: tuple[Field, ...]) -> tuple[Column, Column]:
-    """(present keys as map<string,string>, typed struct) of a JSON object text."""
-    return F.from_json(text, "map<string,string>"), F.from_json(text, struct_ddl(fields))
+    """(present keys as map<string,string>, typed struct) of a JSON object text.
+
+    A whole number written with a fraction or in scientific notation (``1.2E7``, ``800.0``, as JSON
+    re-serialised by some tools) is that number; Spark's JSON reader leaves it null for an
+    integer field. A fraction that is not whole stays a wrong type.
+    """
+    keys, typed = F.from_json(text, "map<string,string>"), F.from_json(text, struct_ddl(fields))
+    if not any(f.type in INTEGRAL for f in fields):
+        return keys, typed
+
+    def value(f: Field) -> Column:
+        if f.type not in INTEGRAL:
+            return typed[f.key]
+        number = F.when(keys[f.key].rlike(_DECIMAL), keys[f.key].try_cast("double"))
+        return F.coalesce(typed[f.key], F.when(number == F.floor(number), number.cast(f.type)))
+
+    return keys, F.when(typed.isNotNull(), F.struct(*[value(f).alias(f.key) for f in fields]))
 
 
 def typed_columns(typed: Column, fields: tuple[Field, ...]) -> list[Column]:

@@ -9,7 +9,7 @@ from datetime import date
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from .checks import PRIORITY, WRONG_TYPE, Field
+from .checks import MISSING_FIELD, PRIORITY, WRONG_TYPE, Field
 from .envelope import explode_children
 
 KIND = "internal-stats"
@@ -30,7 +30,8 @@ TOPIC = (
     Field("cursors", "map<string,string>"),
 )
 CURSOR = (
-    Field("markDeletePosition", required=True),
+    # Required of persistent topics only: a non-persistent topic's cursors have no positions.
+    Field("markDeletePosition"),
     Field("readPosition"),
     Field("individuallyDeletedMessages"),
     Field("totalNonContiguousDeletedMessagesRange", "bigint", counter=True),
@@ -45,6 +46,13 @@ CURSOR = (
 
 def _position_problems(cursor: F.Column) -> list:
     return [
+        (
+            PRIORITY.index(MISSING_FIELD),
+            ~F.col("topic").startswith("non-persistent://") & cursor["markDeletePosition"].isNull(),
+            MISSING_FIELD,
+            F.lit("markDeletePosition is missing"),
+        ),
+    ] + [
         (
             PRIORITY.index(WRONG_TYPE),
             cursor[key].isNotNull() & ~cursor[key].rlike(POSITION),

@@ -1,9 +1,19 @@
-"""metrics/*.prom: Prometheus text exposition of broker ``/metrics``.
+"""metrics/*.prom: Prometheus text exposition of broker ``/metrics``, as the broker serves it.
 
-Each file starts with ``# brokerlens: {"collected_at": ..., "cluster": ..., "broker": ...}``;
-``# TYPE`` lines give each family's type, ``# HELP`` and other comments are skipped, and every
-other non-blank line is a sample ``name{label="value",...} value [timestamp_ms]``.
-A file without a valid header is quarantined as one record (its samples cannot be placed).
+A file saved with ``curl http://broker-1:8080/metrics > broker-1_8080.prom`` lands as it is:
+
+* cluster: the sample's ``cluster`` label (Pulsar puts it on every sample), else the file's;
+* broker: the file name, ``<broker>.prom`` or ``<broker>@<anything>.prom`` (``@`` starts a suffix
+  that tells several scrapes of one broker apart); a ``:`` cannot be in a landing file name, so
+  ``_<port>`` at the end stands for ``:<port>``: ``broker-1_8080@1000.prom`` is ``broker-1:8080``;
+* time: the sample's millisecond timestamp (Pulsar 2.x-3.x write one), else the latest timestamp
+  in the file, else the file's modification time (which must then lie on the landing day).
+
+An optional first line ``# brokerlens: {"collected_at": ..., "cluster": ..., "broker": ...}``
+overrides all three; a header that is present but bad quarantines the file as one record.
+``# TYPE`` lines give a family's type (once per family and file, whatever the order); ``# HELP``
+and other comments are skipped; every other non-blank line is a sample
+``name{label="value",...} value [timestamp_ms]``.
 """
 
 from __future__ import annotations
@@ -46,6 +56,7 @@ _TYPE = r"^#\s*TYPE\s+([a-zA-Z_:][a-zA-Z0-9_:]*)\s+(\S+)\s*$"
 _SAMPLE = r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})?[ \t]+(\S+)([ \t]+(-?[0-9]+))?[ \t]*$"
 _LABEL = r'([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"'
 _FAMILY_SUFFIX = r"_(bucket|sum|count|total|created)$"
+_FILE_NAME = r"([^/@]+?)(@[^/]*)?\.prom$"
 _SKIPPED = "the file's samples are not landed"
 
 
@@ -63,6 +74,11 @@ def _value(text: F.Column) -> F.Column:
     )
 
 
+def broker_from_file(source_file: F.Column) -> F.Column:
+    """``<broker>[@<anything>].prom`` → broker, ``_<port>`` at its end read as ``:<port>``."""
+    return F.regexp_replace(F.regexp_extract(source_file, _FILE_NAME, 1), r"_([0-9]+)$", ":$1")
+
+
 def parse(records: DataFrame, day: date) -> DataFrame:
     raw = F.trim("raw")
     lines = records.withColumn(
@@ -73,7 +89,7 @@ def parse(records: DataFrame, day: date) -> DataFrame:
         .otherwise("sample"),
     )
 
-    # Header: the first `# brokerlens:` line of each file.
+    # Optional header: the first `# brokerlens:` line of each file.
     header_text = F.regexp_extract(raw, _HEADER, 1)
     keys, typed = parse_object(header_text, HEADER)
     first = Window.partitionBy("source_file").orderBy("line")
@@ -92,24 +108,12 @@ def parse(records: DataFrame, day: date) -> DataFrame:
     )
     good_headers = headers.where(F.col("problem").isNull()).select(
         "source_file",
-        F.col("_t.collected_at").alias("collected_at"),
-        F.col("_t.cluster").alias("cluster"),
-        F.col("_t.broker").alias("broker"),
-    )
-    headerless = (
-        lines.select("source_file", "ingested_at")
-        .distinct()
-        .join(headers.select("source_file"), "source_file", "left_anti")
-        .select(
-            "source_file",
-            F.lit(None).cast("int").alias("line"),
-            F.lit(None).cast("string").alias("raw"),
-            "ingested_at",
-            _problem(MISSING_FIELD, F.lit(f"no '# brokerlens: {{...}}' header line: {_SKIPPED}")).alias("problem"),
-        )
+        F.col("_t.collected_at").alias("_h_collected_at"),
+        F.col("_t.cluster").alias("_h_cluster"),
+        F.col("_t.broker").alias("_h_broker"),
     )
 
-    # TYPE lines: family -> type, per file.
+    # TYPE lines: family -> type, per file (a scrape file holding several scrapes repeats them).
     family_type = F.regexp_extract(raw, _TYPE, 2)
     types = lines.where(F.col("_class") == "type").select(
         "*",
@@ -124,7 +128,11 @@ def parse(records: DataFrame, day: date) -> DataFrame:
         ).alias("problem"),
     )
     bad_types = types.where(F.col("problem").isNotNull())
-    good_types = types.where(F.col("problem").isNull()).select("source_file", "family", "metric_type")
+    good_types = (
+        types.where(F.col("problem").isNull())
+        .groupBy("source_file", "family")
+        .agg(F.min("metric_type").alias("metric_type"))
+    )
 
     # Samples.
     match = raw.rlike(_SAMPLE)
@@ -144,7 +152,33 @@ def parse(records: DataFrame, day: date) -> DataFrame:
         _value(value_text).alias("value"),
         F.when(stamp_text != "", F.timestamp_millis(stamp_text.cast("bigint"))).alias("sample_timestamp"),
     )
-    samples = samples.join(F.broadcast(good_headers), "source_file")
+    # Where each file's samples belong: its header, else its own labels, timestamps and name.
+    files = (
+        samples.groupBy("source_file")
+        .agg(
+            F.max(F.col("labels")["cluster"]).alias("_file_cluster"),
+            F.max("sample_timestamp").alias("_file_stamp"),
+        )
+        .join(good_headers, "source_file", "left")
+        .join(bad_headers.select("source_file"), "source_file", "left_anti")
+    )
+    clusterless = files.where(F.col("_h_cluster").isNull() & F.col("_file_cluster").isNull()).select("source_file")
+    samples = samples.join(F.broadcast(files.join(clusterless, "source_file", "left_anti")), "source_file")
+    no_cluster = (
+        lines.select("source_file", "ingested_at")
+        .distinct()
+        .join(clusterless, "source_file")
+        .select(
+            "source_file",
+            F.lit(None).cast("int").alias("line"),
+            F.lit(None).cast("string").alias("raw"),
+            "ingested_at",
+            _problem(
+                MISSING_FIELD,
+                F.lit(f"no sample has a 'cluster' label and there is no '# brokerlens: {{...}}' header: {_SKIPPED}"),
+            ).alias("problem"),
+        )
+    )
     exact = good_types.withColumnRenamed("family", "metric").withColumnRenamed("metric_type", "_exact_type")
     stripped = good_types.withColumnRenamed("family", "_family").withColumnRenamed("metric_type", "_family_type")
     samples = (
@@ -155,6 +189,8 @@ def parse(records: DataFrame, day: date) -> DataFrame:
     )
     start, end = day_bounds(day)
     stamp = F.col("sample_timestamp")
+    file_time_only = F.col("_h_collected_at").isNull() & F.col("_file_stamp").isNull()
+    mtime = F.col("ingested_at")
     sample_problem = first_problem(
         [
             (PRIORITY.index(MALFORMED_LINE), ~match, MALFORMED_LINE, F.lit("not a Prometheus sample: name{labels} value [timestamp]")),
@@ -171,18 +207,31 @@ def parse(records: DataFrame, day: date) -> DataFrame:
                 OUTSIDE_DAY,
                 F.concat(F.lit("sample timestamp "), stamp_text, F.lit(f" is not on {day.isoformat()}")),
             ),
+            (
+                PRIORITY.index(OUTSIDE_DAY),
+                file_time_only & ((mtime < F.lit(start)) | (mtime >= F.lit(end))),
+                OUTSIDE_DAY,
+                F.concat(
+                    F.lit("no header and no sample timestamp in the file, and its modification time "),
+                    F.date_format(mtime, "yyyy-MM-dd'T'HH:mm:ss'Z'"),
+                    F.lit(f" is not on {day.isoformat()}"),
+                ),
+            ),
             duplicate_problem(),
         ]
     )
     rows = samples.select(
         F.lit(day).alias("day"),
-        "collected_at", "cluster", "broker", "metric", "metric_type", "labels", "value", "sample_timestamp",
+        F.coalesce("_h_collected_at", "sample_timestamp", "_file_stamp", "ingested_at").alias("collected_at"),
+        F.coalesce("_h_cluster", F.col("labels")["cluster"], "_file_cluster").alias("cluster"),
+        F.coalesce("_h_broker", F.nullif(broker_from_file(F.col("source_file")), F.lit(""))).alias("broker"),
+        "metric", "metric_type", "labels", "value", "sample_timestamp",
         "source_file", "line", "raw", "ingested_at",
         sample_problem.alias("problem"),
     )
     quarantine_only = [
         frame.select("source_file", "line", "raw", "ingested_at", "problem")
-        for frame in (bad_headers, headerless, bad_types)
+        for frame in (bad_headers, no_cluster, bad_types)
     ]
     for frame in quarantine_only:
         rows = rows.unionByName(frame, allowMissingColumns=True)

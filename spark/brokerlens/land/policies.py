@@ -3,7 +3,10 @@
 ``policy`` is Pulsar's ``DispatchRate`` as the admin API returns it (``dispatchThrottlingRateInMsg``,
 ``dispatchThrottlingRateInByte``, ``ratePeriodInSecond``, ``relativeToPublishRate``), or for
 ``broker-config`` a map of broker.conf keys by their Pulsar names (values as numbers, booleans
-or the strings the dynamic-config API returns). ``"policy": null`` removes the policy.
+or the strings the dynamic-config API returns; also the text ``pulsar-admin brokers`` prints, one
+``name value`` or ``name:value`` per line, as a JSON string). ``"policy": null`` removes the policy.
+Pulsar 1.x named the topic-level DispatchRate fields ``dispatchThrottlingRatePerTopicInMsg`` /
+``...InByte``: read as ``dispatchThrottlingRateInMsg`` / ``...InByte``.
 An ``effective_at`` before the landing day is fine (a policy in force since then); one after
 the day is ``outside-day``.
 """
@@ -51,7 +54,11 @@ DISPATCH_RATE = (
     Field("dispatchThrottlingRateInByte", "bigint"),
     Field("ratePeriodInSecond", "int"),
     Field("relativeToPublishRate", "boolean"),
+    Field("dispatchThrottlingRatePerTopicInMsg", "bigint"),  # Pulsar 1.x names
+    Field("dispatchThrottlingRatePerTopicInByte", "bigint"),
 )
+# One `name value`, `name:value` or `name=value` line of broker config printed as text.
+CONFIG_LINE = r"^\s*([A-Za-z][A-Za-z0-9_.]*)\s*(?:[:=]\s*|\s+)(.*?)\s*$"
 # broker.conf keys that the silver tables read, with the type their value must cast to.
 BROKER_KEYS = {
     "dispatchThrottlingRateInMsg": "bigint",
@@ -79,7 +86,15 @@ def parse(records: DataFrame, day: date) -> DataFrame:
     k, t = F.col("_keys"), F.col("_t")
     policy_text = k["policy"]
     rate_keys, rate = parse_object(policy_text, DISPATCH_RATE)
-    config = F.from_json(policy_text, "map<string,string>")
+    lines = F.filter(F.split(policy_text, r"\r?\n"), lambda line: F.trim(line) != "")
+    names = F.transform(lines, lambda line: F.regexp_extract(line, CONFIG_LINE, 1))
+    text_lines = ~F.ltrim(policy_text).startswith("{") & (F.size(lines) > 0)
+    bad_line = F.filter(lines, lambda line: ~line.rlike(CONFIG_LINE))[0]
+    repeated = F.size(F.array_distinct(names)) != F.size(names)
+    config = F.when(
+        text_lines & bad_line.isNull() & ~repeated,
+        F.map_from_arrays(names, F.transform(lines, lambda line: F.regexp_extract(line, CONFIG_LINE, 2))),
+    ).otherwise(F.from_json(policy_text, "map<string,string>"))
     parsed = parsed.withColumns({"_rate_keys": rate_keys, "_rate": rate, "_config": config})
     kind = t["kind"]
     is_broker = kind == BROKER_CONFIG
@@ -91,6 +106,8 @@ def parse(records: DataFrame, day: date) -> DataFrame:
         (PRIORITY.index(MISSING_FIELD), ~F.map_contains_key(k, "policy"), MISSING_FIELD, F.lit("policy is missing (null removes a policy)")),
         (PRIORITY.index(MISSING_FIELD), kind.isin(*NAMESPACE_KINDS) & t["namespace"].isNull(), MISSING_FIELD, F.lit("namespace is missing")),
         (PRIORITY.index(MISSING_FIELD), kind.isin(*TOPIC_KINDS) & t["topic"].isNull(), MISSING_FIELD, F.lit("topic is missing")),
+        (PRIORITY.index(WRONG_TYPE), has_policy & is_broker & text_lines & bad_line.isNotNull(), WRONG_TYPE, F.concat(F.lit("policy line is not 'name value' or 'name:value': "), F.substring(bad_line, 1, 200))),
+        (PRIORITY.index(WRONG_TYPE), has_policy & is_broker & text_lines & repeated, WRONG_TYPE, F.lit("policy names a broker config key twice")),
         (PRIORITY.index(WRONG_TYPE), has_policy & F.col("_config").isNull(), WRONG_TYPE, F.concat(F.lit("policy should be an object, got "), F.substring(policy_text, 1, 200))),
         *[
             (p, has_policy & ~is_broker & cond, reason, detail)
@@ -124,8 +141,8 @@ def parse(records: DataFrame, day: date) -> DataFrame:
         F.coalesce(t["namespace"], namespace_of(t["topic"])).alias("namespace"),
         t["topic"].alias("topic"),
         (~has_policy).alias("removed"),
-        F.when(dispatch, rate_col["dispatchThrottlingRateInMsg"]).alias("dispatch_throttling_rate_in_msg"),
-        F.when(dispatch, rate_col["dispatchThrottlingRateInByte"]).alias("dispatch_throttling_rate_in_byte"),
+        F.when(dispatch, F.coalesce(rate_col["dispatchThrottlingRateInMsg"], rate_col["dispatchThrottlingRatePerTopicInMsg"])).alias("dispatch_throttling_rate_in_msg"),
+        F.when(dispatch, F.coalesce(rate_col["dispatchThrottlingRateInByte"], rate_col["dispatchThrottlingRatePerTopicInByte"])).alias("dispatch_throttling_rate_in_byte"),
         F.when(dispatch, rate_col["ratePeriodInSecond"]).alias("rate_period_in_second"),
         F.when(dispatch, rate_col["relativeToPublishRate"]).alias("relative_to_publish_rate"),
         F.when(has_policy & is_broker, F.col("_config")).alias("broker_config"),
