@@ -435,3 +435,45 @@ def test_starttls_and_auth_against_a_real_server_never_show_the_password(spark, 
                  base64.b64encode(raw).decode(), base64.b64encode(b"\0alerts\0" + raw).decode(),
                  base64.b64encode(b"alerts\0" + raw).decode()}
         assert not [f for f in forms if f in seen], "password shown"
+
+
+def test_missing_snapshots_make_the_alert_stale_and_mail_no_data_once(spark, smtp_server, monkeypatch, settings):
+    """Day 1: audit at 9,000 ranges (warning). Days 2 and 3: no snapshot of audit (search only):
+    audit is stale, not resolved, on both days, with stale_since day 2; one "no data since" mail
+    on day 2 and none on day 3. Day 4: audit at 300: resolved."""
+    controller, inbox = smtp_server
+    configure(monkeypatch, controller.port)
+    d3, d4 = D2 + timedelta(days=1), D2 + timedelta(days=2)
+
+    def day(d, subs):
+        rows = [snap(at(d, h), None, sub=s, reported=n, source="topic-stats", sub_type="Failover")
+                for h in (1, 2) for s, n in subs.items()]  # fmt: skip
+        write_snapshots(spark, rows, d)
+        build_holes(d, get_settings())
+        out = run_alert("--date", str(d))
+        assert out.exit_code == 0, out.output
+
+    day(D1, {"audit": 9_000, "search": 10})
+    assert len(inbox.messages) == 1
+    inbox.messages.clear()
+
+    day(D2, {"search": 10})
+    stale = read_table("hole_alerts").filter(f"day = '{D2}'").collect()
+    assert [(r["subscription"], r["state"], r["severity"], r["stale_since"]) for r in stale] == [
+        ("audit", "stale", "warning", D2)]
+    assert stale[0]["reason"].startswith(f"no data since {D1} 02:00 UTC")
+    assert len(inbox.messages) == 1
+    msg = inbox.messages[0][1]
+    assert msg["Subject"] == f"[brokerlens] Pulsar unacked-range alerts {D2}: 1 no data"
+    assert f"no data since {D1} 02:00 UTC" in parts(msg)[0]
+    inbox.messages.clear()
+
+    day(d3, {"search": 10})
+    again = read_table("hole_alerts").filter(f"day = '{d3}'").collect()
+    assert [(r["state"], r["stale_since"], r["first_seen"]) for r in again] == [("stale", D2, D1)]
+    assert inbox.messages == []  # one "no data" mail per stretch, not one per day
+
+    day(d4, {"audit": 300, "search": 10})
+    back = read_table("hole_alerts").filter(f"day = '{d4}'").collect()
+    assert [(r["state"], r["previous_severity"]) for r in back] == [("resolved", "warning")]
+    assert read_table("alert_notifications").filter("subscription = 'audit'").count() == 3  # new, no data, resolved

@@ -102,6 +102,12 @@ def check_stats_rows_per_partition_and_subscription():
         assert r["non_contiguous_deleted_messages_ranges_serialized_size"] == sub["nonContiguousDeletedMessagesRangesSerializedSize"]
         assert r["consumers"] == len(sub["consumers"]) and r["publishers"] == len(part["publishers"])
         assert json.loads(r["subscription_json"])["msgBacklog"] == sub["msgBacklog"]
+        # PIP-406 counters (Pulsar 4.0+) where the snapshot has them, null where it does not.
+        assert (r["dispatch_throttled_msg_events_by_subscription_limit"],
+                r["dispatch_throttled_bytes_events_by_broker_limit"]) == (
+            sub.get("dispatchThrottledMsgEventsBySubscriptionLimit"), sub.get("dispatchThrottledBytesEventsByBrokerLimit"))
+    throttled = [r["dispatch_throttled_msg_events_by_subscription_limit"] for r in orders if r["topic"].endswith("-0")]
+    assert throttled == [None, 3, 7]
     payments = [r for r in stats if r["topic"] == "persistent://acme/ns1/payments"]
     assert [r["msg_out_counter"] for r in payments] == [300, 420]  # the copy landed once
     idle = [r for r in stats if r["topic"].endswith("/idle")]

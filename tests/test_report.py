@@ -49,7 +49,7 @@ def period(scope, at, msgs, quota, debt_in):
         quota_msgs=quota, debt_in_msgs=debt_in, allowed_msgs=allowed, over_msgs=max(0, msgs - allowed),
         debt_out_msgs=max(0, debt_in + msgs - quota), debt_in_bytes=0, over_bytes=0, debt_out_bytes=0,
         starved=allowed == 0, over_batch_msgs=0, over_redelivery_msgs=0, over_redelivery_bytes=0,
-        over_approx_bytes=0, source="dispatch",
+        over_approx_bytes=0, source="dispatch", limiter_model="classic", starved_empty_periods=0,
     )
 
 
@@ -74,6 +74,7 @@ def daily(scope, periods):
         periods_starved=sum(p["starved"] for p in periods), opening_debt_msgs=0, opening_debt_bytes=0,
         closing_debt_msgs=0, closing_debt_bytes=0, share_other_msgs=1.0 if periods else None,
         main_cause="other" if any(p["over_msgs"] for p in periods) else None,
+        limiter_model="classic", periods_exhausted=sum(p["msgs"] >= p["allowed_msgs"] for p in periods),
     )
 
 
@@ -98,7 +99,10 @@ def seeded_day(spark):
     t1 = periods_for(T1, T0 + timedelta(hours=3), [120, 80], quota=100)
     b1 = periods_for(B1, T0 + timedelta(hours=1), [50, 50], quota=1000)
     put(spark, "dispatch_periods", s1 + t1 + b1)
-    put(spark, "dispatch_daily", [daily(S1, s1), daily(T1, t1), daily(B1, b1)])
+    # S1's broker runs 4.1 (token bucket in dispatch_daily) and Pulsar counted 6 throttle events.
+    s1_daily = {**daily(S1, s1), "limiter_model": "token-bucket", "pulsar_throttled_msg_events": 6,
+                "pulsar_throttled_bytes_events": 0}
+    put(spark, "dispatch_daily", [s1_daily, daily(T1, t1), daily(B1, b1)])
 
     # "drifting" grows 250 ranges an hour towards the cap; "stuck" is over the cap all day.
     cursors = [cursor("drifting", T0 + timedelta(hours=h), 2000 + 250 * h, growth=250.0) for h in range(-20, 24, 2)]
@@ -242,6 +246,10 @@ def test_report_numbers_sections_and_charts(spark, settings, seeded_day, tmp_pat
     dispatch = page.joined("dispatch")
     assert dispatch.index("shop/orders/orders-partition-0 · billing") < dispatch.index("| shop/orders/orders-partition-1 |")
     assert "broker-2:8080" not in dispatch
+    # s1: 30, 5, 25, 0, 12 then 14, 14 at 10/s: allowances 10, 0, 0, 0, 0 and 10, 6: all but the
+    # 0 delivered against 0 allowed used theirs up, that one too (0 >= 0): 7 periods.
+    assert "| token-bucket | 7 / 6, 0 |" in dispatch
+    assert "| classic | 2 / —, — |" in dispatch  # t1: 120 >= 100 and 80 >= 80; no counters
 
     # Cursors: closest to the cap first ("stuck" is over it), "healthy" charted last.
     cursors = page.joined("cursors")

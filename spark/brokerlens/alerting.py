@@ -1,6 +1,7 @@
 """`brokerlens alert`: mail the day's hole-risk alerts, one message per recipient group.
 
-What is mailed: new, escalated and resolved alerts of ``hole_alerts`` for the day, and ongoing ones
+What is mailed: new, escalated and resolved alerts of ``hole_alerts`` for the day, stale ones on
+their first day without data ("no data since …", once per stretch without data), and ongoing ones
 whose last mail is at least ``alerts.reminder_days`` old (or that were never mailed).
 
 Each message goes out at most once, also across a crash. Before it is handed to the SMTP server
@@ -91,9 +92,9 @@ def _environment() -> Environment:
 def summary(alerts: list[dict]) -> str:
     counts: dict[str, int] = {}
     for a in alerts:
-        label = "resolved" if a["state"] == "resolved" else a["severity"]
+        label = {"resolved": "resolved", "stale": "no data"}.get(a["state"], a["severity"])
         counts[label] = counts.get(label, 0) + 1
-    order = ["critical", "warning", "forecast", "resolved"]
+    order = ["critical", "warning", "forecast", "no data", "resolved"]
     return ", ".join(f"{counts[k]} {k}" for k in order if k in counts)
 
 
@@ -121,7 +122,7 @@ def groups_for(namespace: str, cfg: AlertSettings) -> list[RecipientGroup]:
 
 
 def _sort_key(alert: dict) -> tuple:
-    resolved = alert["state"] == "resolved"
+    resolved = alert["state"] in ("resolved", "stale")
     return (resolved, -SEVERITY_RANK.get(alert["severity"] or "", 0), -(alert["ranges"] or 0),
             alert["topic"], alert["subscription"])
 
@@ -142,7 +143,11 @@ def due_alerts(day: date, cfg: AlertSettings) -> list[dict]:
         read_table("hole_alerts")
         .filter(F.col("day") == F.lit(day))
         .join(last, KEY, "left")
-        .filter(F.col("state").isin(*MAILED_STATES) | ((F.col("state") == "ongoing") & reminder))
+        .filter(
+            F.col("state").isin(*MAILED_STATES)
+            | ((F.col("state") == "ongoing") & reminder)
+            | ((F.col("state") == "stale") & (F.col("stale_since") == F.lit(day)))
+        )
     )
     rows = [{k: utc(v) if isinstance(v, datetime) else v for k, v in r.asDict().items()} for r in due.collect()]
     return sorted(rows, key=_sort_key)

@@ -465,14 +465,14 @@ SELECT day, level, cluster, broker, topic, subscription, interval_start AS perio
        debt_in_msgs, allowed_msgs, over_msgs, debt_out_msgs,
        debt_in_bytes, allowed_bytes, over_bytes, debt_out_bytes,
        coalesce(allowed_msgs = 0, false) OR coalesce(allowed_bytes = 0, false) AS starved,
+       0::BIGINT AS starved_empty_periods,  -- no cursor_snapshots in the benchmark
        least(over_msgs - over_redelivery_msgs,
              CASE WHEN count_unit = 'msgs' AND entries IS NOT NULL THEN greatest(0, msgs - entries) ELSE 0 END)
          AS over_batch_msgs,
        over_redelivery_msgs, over_redelivery_bytes,
-       least(over_bytes - over_redelivery_bytes,
-             ceil(coalesce(CASE WHEN entries > 0 THEN bytes / entries END,
-                           CASE WHEN msgs > 0 THEN bytes / msgs END, 0)))::BIGINT AS over_approx_bytes,
-       msg_source, byte_source, source
+       over_bytes - over_redelivery_bytes AS over_approx_bytes,
+       msg_source, byte_source, source,
+       'classic' AS limiter_model, NULL::BIGINT AS tokens_out_msgs, NULL::BIGINT AS tokens_out_bytes
 FROM causes
 ) TO '{out}' (FORMAT parquet, COMPRESSION zstd)
 """.format(big=BIG, out="{out}")

@@ -8,6 +8,12 @@ periods. With quota q per period (``ratePeriodInSecond``)::
     over     = max(0, delivered - allowed)
     debt_out = max(0, debt_in + delivered - q)
 
+That is the classic limiter (``RateLimiter``). Since 3.2 brokers run ``AsyncTokenBucket``
+(capacity = the limit, starts full, tokens may go negative); the same recursion x gives its
+read-outs: tokens = limit - x, allowed = max(0, limit + quota - debt_in x), debt = max(0, x - limit),
+and every rate change restarts from a full bucket (a new segment, as an unlimited stretch does
+for both). ``limiter_models`` picks the model per broker and day (README "Dispatch throttling").
+
 This is Lindley's recursion. With S_t the running sum of (delivered - quota) and P_t the value
 just before row t (after the empty periods since the previous row drained the debt),
 ``debt_out_t = S_t - min(0, min_k P_k, min_k S_k)``. Both are computed with window functions:
@@ -97,6 +103,7 @@ def limit_timeline(limits: DataFrame) -> DataFrame:
         staged.withColumn("_rank", F.row_number().over(latest))
         .where("_rank = 1")
         .withColumn("eff_to_us", F.lead("eff_from_us").over(ordered))
+        .withColumn("_rn", F.row_number().over(ordered))
     )
     before = ordered.rowsBetween(Window.unboundedPreceding, -1)
     upto = ordered.rowsBetween(Window.unboundedPreceding, Window.currentRow)
@@ -110,8 +117,15 @@ def limit_timeline(limits: DataFrame) -> DataFrame:
         ).withColumn(
             f"{m}_seg",
             F.sum(F.col(f"{m}_q").isNull().cast("int")).over(upto).cast("long"),
+        ).withColumn(
+            # Token bucket: every rate change builds a new, full bucket. The scope's first row
+            # (the limit in force at midnight) is carried over, not a change.
+            f"{m}_seg_tb",
+            F.sum((F.col(f"{m}_q").isNull() | (F.col("_rn") > 1)).cast("int"))
+            .over(upto)
+            .cast("long"),
         )
-    return staged.drop("_rank", "from_us")
+    return staged.drop("_rank", "_rn", "from_us")
 
 
 def _round(value: Column) -> Column:
@@ -155,17 +169,123 @@ def _quota_until(m: str, at_us: Column, prefix: str) -> Column:
     return F.col(f"{prefix}{m}_cum") + inside
 
 
+# ------------------------------------------------------------------------- limiter model
+
+CLASSIC, TOKEN_BUCKET = "classic", "token-bucket"
+FACTORY_KEY = "dispatchRateLimiterFactoryClassName"
+# Pulsar 3.2 (PIP-322) replaced the classic RateLimiter with AsyncTokenBucket.
+TOKEN_BUCKET_SINCE = (3, 2)
+
+
+def limiter_models(
+    brokers: DataFrame, policies: DataFrame, metrics: DataFrame, day: date, override: str = "auto"
+) -> DataFrame:
+    """The dispatch rate limiter each broker runs on ``day``: (cluster, broker, limiter_model,
+    limiter_model_source).
+
+    ``override`` (settings ``dispatch.limiter_model``) > broker config
+    ``dispatchRateLimiterFactoryClassName`` (bronze_policies, latest record in force by the end
+    of the day; a record without a broker holds for every broker of the cluster) > the broker's
+    version (``pulsar_version_info{version}`` in bronze_metrics, latest sample by the end of the
+    day: >= 3.2 token bucket) > classic. ``brokers``: the (cluster, broker) pairs to resolve.
+    """
+    if override != "auto":
+        return brokers.select(
+            "cluster", "broker", F.lit(override).alias("limiter_model"), F.lit("settings").alias("limiter_model_source")
+        )
+    end = F.to_timestamp(F.lit((day + timedelta(days=1)).isoformat()))
+    latest = lambda keys, at: Window.partitionBy(*keys).orderBy(F.col(at).desc())  # noqa: E731
+    factory = (
+        policies.where(
+            (F.col("kind") == "broker-config")
+            & (F.col("effective_at") < end)
+            & (F.col("removed") | F.map_contains_key("broker_config", F.lit(FACTORY_KEY)))
+        )
+        .withColumn("_n", F.row_number().over(latest(["cluster", "broker"], "effective_at")))
+        .where("_n = 1")
+        .select(
+            "cluster",
+            F.col("broker").alias("f_broker"),
+            # Pulsar's factories: DispatchRateLimiterFactoryClassic / ...AsyncTokenBucket.
+            F.when(F.col("removed"), F.lit(None))
+            .when(F.col("broker_config")[FACTORY_KEY].endswith("Classic"), F.lit(CLASSIC))
+            .when(F.col("broker_config")[FACTORY_KEY].endswith("AsyncTokenBucket"), F.lit(TOKEN_BUCKET))
+            .alias("f_model"),
+        )
+    )
+    version = F.col("labels")["version"]
+    major = F.regexp_extract(version, r"^(\d+)\.(\d+)", 1).cast("int")
+    minor = F.regexp_extract(version, r"^(\d+)\.(\d+)", 2).cast("int")
+    since_major, since_minor = TOKEN_BUCKET_SINCE
+    versions = (
+        metrics.where(
+            (F.col("metric") == "pulsar_version_info") & (F.col("collected_at") < end) & major.isNotNull()
+        )
+        .withColumn("_n", F.row_number().over(latest(["cluster", "broker"], "collected_at")))
+        .where("_n = 1")
+        .select(
+            F.col("cluster").alias("v_cluster"),
+            F.col("broker").alias("v_broker"),
+            F.concat(F.lit("version "), version).alias("v_source"),
+            F.when(
+                (major > since_major) | ((major == since_major) & (minor >= since_minor)), F.lit(TOKEN_BUCKET)
+            )
+            .otherwise(F.lit(CLASSIC))
+            .alias("v_model"),
+        )
+    )
+    specific = factory.where(F.col("f_broker").isNotNull()).select(
+        F.col("cluster").alias("s_cluster"), F.col("f_broker").alias("s_broker"), F.col("f_model").alias("s_model")
+    )
+    wide = factory.where(F.col("f_broker").isNull()).select("cluster", F.col("f_model").alias("w_model"))
+    resolved = (
+        brokers.join(specific, (F.col("cluster") == F.col("s_cluster")) & (F.col("broker") == F.col("s_broker")), "left")
+        .join(wide, "cluster", "left")
+        .join(versions, (F.col("cluster") == F.col("v_cluster")) & (F.col("broker") == F.col("v_broker")), "left")
+    )
+    config = F.coalesce("s_model", "w_model")
+    return resolved.select(
+        "cluster",
+        "broker",
+        F.coalesce(config, F.col("v_model"), F.lit(CLASSIC)).alias("limiter_model"),
+        F.when(config.isNotNull(), F.lit(f"broker-config {FACTORY_KEY}"))
+        .when(F.col("v_model").isNotNull(), F.col("v_source"))
+        .otherwise(F.lit("default"))
+        .alias("limiter_model_source"),
+    )
+
+
+def _with_model(rows: DataFrame, models: DataFrame | None) -> DataFrame:
+    """``limiter_model`` per row from its broker (classic when ``models`` has none)."""
+    if models is None:
+        return rows.withColumn("limiter_model", F.lit(CLASSIC))
+    m = models.select(
+        F.col("cluster").alias("m_cluster"), F.col("broker").alias("m_broker"), F.col("limiter_model").alias("m_model")
+    )
+    cond = (rows["cluster"] == m["m_cluster"]) & rows["broker"].eqNullSafe(m["m_broker"])
+    joined = rows.join(F.broadcast(m), cond, "left")
+    return joined.withColumn("limiter_model", F.coalesce("m_model", F.lit(CLASSIC))).drop(
+        "m_cluster", "m_broker", "m_model"
+    )
+
+
 # ------------------------------------------------------------------------- dispatch_periods
 
 
 def dispatch_periods(
-    intervals: DataFrame, limits: DataFrame, opening_debt: DataFrame | None = None
+    intervals: DataFrame,
+    limits: DataFrame,
+    opening_debt: DataFrame | None = None,
+    models: DataFrame | None = None,
+    backlog: DataFrame | None = None,
 ) -> DataFrame:
     """Gold ``dispatch_periods`` rows from silver ``dispatch_intervals`` and ``rate_limits``.
 
     ``intervals`` and ``limits`` are the rows of one day (schemas/tables/dispatch_intervals.yaml,
     rate_limits.yaml); ``opening_debt`` is the previous day's ``debt_state`` partition (its
-    ``day`` is the day before; its debt enters at the next midnight). Returns exactly the
+    ``day`` is the day before; its debt enters at the next midnight); ``models`` the
+    ``limiter_models`` of the day (none: classic everywhere); ``backlog`` the
+    ``backlog_intervals`` (none: empty periods are never counted as starved). Returns exactly the
     columns of schemas/tables/dispatch_periods.yaml, one row per input interval.
     """
     timeline = limit_timeline(limits)
@@ -204,7 +324,8 @@ def dispatch_periods(
         ).where("debt_msgs > 0 OR debt_bytes > 0")
         rows = rows.unionByName(markers)
 
-    rows = _with_limit(rows, timeline, "t0_us", "l_")
+    rows = _with_model(_with_limit(rows, timeline, "t0_us", "l_"), models)
+    token_bucket = F.col("limiter_model") == TOKEN_BUCKET
     count_unit = (
         F.when(F.col("l_count_entries") & F.col("entries").isNotNull(), F.lit("entries"))
         .when(F.col("l_count_entries"), F.lit("msgs-no-entries"))
@@ -222,7 +343,7 @@ def dispatch_periods(
     # start and end (``_q0``, ``_q1``) instead of the limit row it came from.
     rows = rows.select(
         *SCOPE, "day", "period_start", "interval_seconds", "grain", "msgs", "bytes", "entries",
-        "redelivered_msgs", "source", "t0_us", "is_record", "count_unit", "counted_msgs",
+        "redelivered_msgs", "source", "t0_us", "is_record", "count_unit", "counted_msgs", "limiter_model",
         F.col("l_period_seconds").alias("rate_period_seconds"),
         F.col("l_msg_q").alias("msg_limit"),
         F.col("l_byte_q").alias("byte_limit"),
@@ -234,7 +355,7 @@ def dispatch_periods(
             for column in (
                 _quota_until(m, F.col("t0_us"), "l_").alias(f"_q0_{name}"),
                 _quota_until(m, F.col("t1_us"), "l_").alias(f"_q1_{name}"),
-                F.col(f"l_{m}_seg").alias(f"_seg_{name}"),
+                F.when(token_bucket, F.col(f"l_{m}_seg_tb")).otherwise(F.col(f"l_{m}_seg")).alias(f"_seg_{name}"),
             )
         ],
     )  # fmt: skip
@@ -279,8 +400,15 @@ def dispatch_periods(
             F.when(seg == 0, F.lit(0)),  # day start, before any stretch without limit
         )
         limited = F.col(f"{m}_limit").isNotNull()
-        debt_in = p - floor
-        allowed = F.greatest(F.lit(0), F.col(f"quota_{name}") - debt_in)
+        # x: the recursion's state before and after the row. Classic: the debt itself. Token
+        # bucket (capacity = the limit, refilled by the quota, starts full): capacity - tokens,
+        # so tokens may go negative by x - capacity (the debt), and the allowance is the tokens
+        # at the start plus the refill during the row.
+        x_in, x_out = p - floor, s - F.least(floor, s)
+        cap, quota = F.col(f"{m}_limit"), F.col(f"quota_{name}")
+        debt_in = F.when(token_bucket, F.greatest(F.lit(0), x_in - cap)).otherwise(x_in)
+        allowed = F.greatest(F.lit(0), F.when(token_bucket, cap + quota - x_in).otherwise(quota - x_in))
+        debt_out = F.when(token_bucket, F.greatest(F.lit(0), x_out - cap)).otherwise(x_out)
         rows = (
             rows.withColumn(f"debt_in_{name}", F.when(limited, debt_in).otherwise(F.lit(0)))
             .withColumn(f"allowed_{name}", F.when(limited, allowed))
@@ -288,12 +416,11 @@ def dispatch_periods(
                 f"over_{name}",
                 F.when(limited, F.greatest(F.lit(0), d - F.col(f"allowed_{name}"))).otherwise(F.lit(0)),
             )
-            .withColumn(
-                f"debt_out_{name}",
-                F.when(limited, s - F.least(floor, s)).otherwise(F.lit(0)),
-            )
+            .withColumn(f"debt_out_{name}", F.when(limited, debt_out).otherwise(F.lit(0)))
+            .withColumn(f"tokens_out_{name}", F.when(limited & token_bucket, cap - x_out))
+            .withColumn(f"_x_out_{name}", F.when(limited, x_out))
         )
-    out = rows.where("is_record").transform(_over_causes).select(
+    out = rows.transform(lambda r: _with_starved_empty(r, backlog)).where("is_record").transform(_over_causes).select(
         "day",
         *SCOPE,
         "period_start",
@@ -319,6 +446,7 @@ def dispatch_periods(
             F.coalesce(F.col("allowed_msgs") == 0, F.lit(False))
             | F.coalesce(F.col("allowed_bytes") == 0, F.lit(False))
         ).alias("starved"),
+        "starved_empty_periods",
         "over_batch_msgs",
         "over_redelivery_msgs",
         "over_redelivery_bytes",
@@ -326,16 +454,125 @@ def dispatch_periods(
         "msg_source",
         "byte_source",
         "source",
+        "limiter_model",
+        "tokens_out_msgs",
+        "tokens_out_bytes",
     )
     return out
+
+
+def backlog_intervals(snapshots: DataFrame) -> DataFrame:
+    """Stretches with backlog per dispatch scope, from silver ``cursor_snapshots``: (level,
+    cluster, _bk, from_us, to_us), each snapshot with msgBacklog > 0 until the next snapshot of
+    the scope (open-ended for the last). A subscription's own backlog; a topic partition's or a
+    broker's: the sum over its subscriptions at the same collection."""
+    levels = {
+        "subscription": ["topic", "subscription"],
+        "topic": ["topic"],
+        "broker": ["broker"],
+    }
+    frames = []
+    for level, keys in levels.items():
+        summed = snapshots.groupBy("cluster", *keys, "snapshot_at").agg(F.sum("msg_backlog").alias("backlog"))
+        series = Window.partitionBy("cluster", *keys).orderBy("snapshot_at")
+        frames.append(
+            summed.select(
+                F.lit(level).alias("level"),
+                "cluster",
+                F.concat_ws("\u0000", *keys).alias("_bk"),
+                F.unix_micros("snapshot_at").alias("from_us"),
+                F.unix_micros(F.lead("snapshot_at").over(series)).alias("to_us"),
+                "backlog",
+            ).where("backlog > 0")
+        )
+    return frames[0].unionByName(frames[1]).unionByName(frames[2]).drop("backlog")
+
+
+def _backlog_key() -> Column:
+    return (
+        F.when(F.col("level") == "subscription", F.concat_ws("\u0000", "topic", "subscription"))
+        .when(F.col("level") == "topic", F.col("topic"))
+        .otherwise(F.col("broker"))
+    )
+
+
+def _with_starved_empty(rows: DataFrame, backlog: DataFrame | None) -> DataFrame:
+    """``starved_empty_periods``: periods without a record whose allowance is 0 because of debt
+    while the scope has backlog (the latest cursor snapshot at or before the period start shows
+    msgBacklog > 0), in the gap after each row up to the next row or midnight. The gap after the
+    opening debt (before the day's first row) is counted on that first row.
+
+    After a row the state x drains by the limit each period: the allowance stays 0 for
+    floor(x / limit) periods (classic) or floor(x / limit) - 1 (token bucket, which also has the
+    refill); messages or bytes, whichever lasts longer. The limit of the row is used for the
+    whole gap. Periods before the first snapshot known are not counted (no backlog known)."""
+    if backlog is None:
+        return rows.withColumn("starved_empty_periods", F.lit(0).cast("long"))
+    scope = Window.partitionBy(*SCOPE).orderBy("t0_us", "is_record")
+    p_us = F.col("rate_period_seconds").cast("long") * F.lit(_US)
+    t1 = F.col("t0_us") + _round(F.col("interval_seconds") * _US)
+    zero = F.greatest(
+        *[
+            F.coalesce(
+                F.when(
+                    F.col("limiter_model") == TOKEN_BUCKET,
+                    F.greatest(F.lit(0), F.floor(F.col(f"_x_out_{name}") / F.col(f"{m}_limit")) - 1),
+                ).otherwise(F.floor(F.col(f"_x_out_{name}") / F.col(f"{m}_limit"))),
+                F.lit(0),
+            )
+            for name, m in MEASURES
+        ]
+    )
+    next_t0 = F.lead("t0_us").over(scope)
+    end = F.coalesce(next_t0, F.unix_micros(F.to_timestamp(F.date_add("day", 1))))
+    gaps = (
+        rows.withColumn("_g_from", t1)
+        .withColumn("_g_p", p_us)
+        .withColumn("_g_n", F.least(F.floor((end - F.col("_g_from")) / F.col("_g_p")), zero).cast("long"))
+        # The opening debt's gap belongs to the day's first row.
+        .withColumn("_g_owner", F.when(F.col("is_record"), F.col("t0_us")).otherwise(next_t0))
+        .where("_g_n > 0 AND _g_owner IS NOT NULL")
+        .select(*SCOPE, "_g_owner", "_g_from", "_g_p", "_g_n", _backlog_key().alias("_bk"))
+    )
+    b = backlog.select(
+        F.col("level").alias("b_level"), F.col("cluster").alias("b_cluster"), F.col("_bk").alias("b_bk"),
+        "from_us", "to_us",
+    )
+    g_to = F.col("_g_from") + F.col("_g_n") * F.col("_g_p")
+    joined = gaps.join(
+        b,
+        (F.col("level") == F.col("b_level"))
+        & (F.col("cluster") == F.col("b_cluster"))
+        & (F.col("_bk") == F.col("b_bk"))
+        & (F.col("from_us") < g_to)
+        & (F.col("to_us").isNull() | (F.col("to_us") > F.col("_g_from"))),
+    )
+    lo = F.greatest(F.col("from_us"), F.col("_g_from")) - F.col("_g_from")
+    hi = F.least(F.coalesce(F.col("to_us"), g_to), g_to) - F.col("_g_from")
+    # Period starts _g_from + k * p (k >= 0) inside [lo, hi): ceil(hi / p) - ceil(lo / p).
+    def ceil_div(x: Column) -> Column:
+        return F.floor((x + F.col("_g_p") - 1) / F.col("_g_p"))
+
+    counted = joined.groupBy(*SCOPE, "_g_owner").agg(F.sum(ceil_div(hi) - ceil_div(lo)).alias("_starved_empty"))
+    c = counted.select(*[F.col(k).alias(f"c_{k}") for k in SCOPE], "_g_owner", "_starved_empty")
+    cond = F.col("t0_us") == F.col("_g_owner")
+    for k in SCOPE:
+        cond = cond & F.col(k).eqNullSafe(F.col(f"c_{k}"))
+    return (
+        rows.join(c, cond & F.col("is_record"), "left")
+        .withColumn("starved_empty_periods", F.coalesce(F.col("_starved_empty"), F.lit(0)).cast("long"))
+        .drop(*[f"c_{k}" for k in SCOPE], "_g_owner", "_starved_empty")
+    )
 
 
 def _over_causes(rows: DataFrame) -> DataFrame:
     """Split each row's over-delivery into the causes the telemetry can show (seed 002,
     "Limitations"): redelivery/seek/replay first (counted again by the broker), then batch
-    entries counted as one message when sizing reads (at most msgs - entries), then, for bytes,
-    the average-entry-size approximation (at most one average entry). The rest is unexplained
-    (concurrent replay and normal dispatch, read size)."""
+    entries counted as one message when sizing reads (at most msgs - entries); the rest of the
+    messages is unexplained (concurrent replay and normal dispatch, read size). Bytes: what
+    redelivery does not explain is the byte approximation: Pulsar sizes a read from the byte
+    allowance by an estimated (average) entry size and only counts the real bytes after
+    dispatching them, so any byte over-delivery comes from that estimate."""
     redelivered = F.coalesce(F.col("redelivered_msgs"), F.lit(0))
     per_msg = lambda total: F.when(  # noqa: E731 - one-line helper for a ratio
         F.col("msgs") > 0, _round(redelivered * total / F.col("msgs"))
@@ -345,11 +582,6 @@ def _over_causes(rows: DataFrame) -> DataFrame:
         (F.col("count_unit") == "msgs") & F.col("entries").isNotNull(),
         F.greatest(F.lit(0), F.col("msgs") - F.col("entries")),
     ).otherwise(F.lit(0))
-    entry_size = F.coalesce(
-        F.when(F.col("entries") > 0, F.col("bytes") / F.col("entries")),
-        F.when(F.col("msgs") > 0, F.col("bytes") / F.col("msgs")),
-        F.lit(0),
-    )
     return (
         rows.withColumn("over_redelivery_msgs", F.least(F.col("over_msgs"), red_units))
         .withColumn(
@@ -357,13 +589,7 @@ def _over_causes(rows: DataFrame) -> DataFrame:
             F.least(F.col("over_msgs") - F.col("over_redelivery_msgs"), batch_room),
         )
         .withColumn("over_redelivery_bytes", F.least(F.col("over_bytes"), per_msg(F.col("bytes"))))
-        .withColumn(
-            "over_approx_bytes",
-            F.least(
-                F.col("over_bytes") - F.col("over_redelivery_bytes"),
-                F.ceil(entry_size).cast("long"),
-            ),
-        )
+        .withColumn("over_approx_bytes", F.col("over_bytes") - F.col("over_redelivery_bytes"))
     )
 
 
@@ -393,9 +619,14 @@ def closing_debt(
             (F.unix_micros("period_start") + _round(F.col("interval_seconds") * _US)).alias(
                 "at_us"
             ),
-            F.col("debt_out_msgs").alias("debt_msgs"),
-            F.col("debt_out_bytes").alias("debt_bytes"),
+            *[
+                F.coalesce(F.col(f"{m}_limit") - F.col(f"tokens_out_{name}"), F.col(f"debt_out_{name}")).alias(
+                    f"debt_{name}"
+                )
+                for name, m in MEASURES
+            ],
             F.col("period_start").alias("last_period_start"),
+            "limiter_model",
         )
     )
     midnight_start = F.unix_micros(F.to_timestamp(F.lit(day.isoformat())))
@@ -408,6 +639,7 @@ def closing_debt(
                 "debt_msgs",
                 "debt_bytes",
                 F.lit(None).cast("timestamp").alias("last_period_start"),
+                F.coalesce("limiter_model", F.lit(CLASSIC)).alias("limiter_model"),
             )
         )
     end_us = (day + timedelta(days=1) - date(1970, 1, 1)).days * 86_400 * _US
@@ -415,10 +647,13 @@ def closing_debt(
     joined = _with_limit(joined, timeline, "_end_us", "e_")
     out = joined
     for name, m in MEASURES:
+        tb = F.col("limiter_model") == TOKEN_BUCKET
         reset = (
             F.col(f"a_{m}_q").isNull()
             | F.col(f"e_{m}_q").isNull()
-            | (F.col(f"e_{m}_seg") != F.col(f"a_{m}_seg"))
+            | F.when(tb, F.col(f"e_{m}_seg_tb") != F.col(f"a_{m}_seg_tb")).otherwise(
+                F.col(f"e_{m}_seg") != F.col(f"a_{m}_seg")
+            )
         )
         drain = _quota_until(m, F.col("_end_us"), "e_") - _quota_until(m, F.col("at_us"), "a_")
         out = out.withColumn(
@@ -428,7 +663,7 @@ def closing_debt(
             ),
         )
     return out.select(
-        F.lit(day).cast("date").alias("day"), *SCOPE, "debt_msgs", "debt_bytes", "last_period_start"
+        F.lit(day).cast("date").alias("day"), *SCOPE, "debt_msgs", "debt_bytes", "last_period_start", "limiter_model"
     )
 
 
@@ -444,13 +679,72 @@ def _scope_join(left: DataFrame, right: DataFrame, how: str) -> DataFrame:
     return left.join(r, cond, how)
 
 
+# ------------------------------------------------------------------- Pulsar's throttle counters
+
+THROTTLE_LEVELS = ("subscription", "topic", "broker")
+
+
+def throttle_events(topic_stats: DataFrame) -> DataFrame:
+    """PIP-406 counters of the day per dispatch scope: (SCOPE, pulsar_throttled_msg_events,
+    pulsar_throttled_bytes_events).
+
+    Each subscription's ``dispatchThrottled{Msg,Bytes}EventsBy{Subscription,Topic,Broker}Limit``
+    counts since its dispatcher started: the day's events are the increases between successive
+    snapshots of the day (a lower value after a topic reload counts from 0). The subscription
+    limit's events are the subscription scope's; the topic limit's, summed over the topic
+    partition's subscriptions, the topic scope's; the broker limit's, summed over the broker,
+    the broker scope's. Null where Pulsar (< 4.0) does not report them.
+    """
+    series = Window.partitionBy("cluster", "broker", "topic", "subscription").orderBy("collected_at")
+    subs = topic_stats.where(F.col("subscription").isNotNull())
+    columns = []
+    for level in THROTTLE_LEVELS:
+        for unit in ("msg", "bytes"):
+            c = F.col(f"dispatch_throttled_{unit}_events_by_{level}_limit")
+            before = F.lag(c).over(series)
+            # First snapshot of the day: no increase seen yet (0); reset: counted from 0.
+            columns.append(
+                F.when(c.isNull(), F.lit(None))
+                .when(before.isNull(), F.lit(0))
+                .when(c >= before, c - before)
+                .otherwise(c)
+                .alias(f"{level}_{unit}")
+            )
+    deltas = subs.select("cluster", "broker", "topic", "subscription", *columns)
+
+    def per(level: str, keys: list[str]) -> DataFrame:
+        agg = deltas.groupBy(*keys).agg(
+            F.sum(f"{level}_msg").alias("pulsar_throttled_msg_events"),
+            F.sum(f"{level}_bytes").alias("pulsar_throttled_bytes_events"),
+        )
+        return agg.select(
+            F.lit(level).alias("level"),
+            *[F.col(k) if k in keys else F.lit(None).cast("string").alias(k) for k in SCOPE[1:]],
+            "pulsar_throttled_msg_events",
+            "pulsar_throttled_bytes_events",
+        )
+
+    return (
+        per("subscription", ["cluster", "broker", "topic", "subscription"])
+        .unionByName(per("topic", ["cluster", "broker", "topic"]))
+        .unionByName(per("broker", ["cluster", "broker"]))
+    )
+
+
 # ---------------------------------------------------------------------------- dispatch_daily
 
 
 def dispatch_daily(
-    periods: DataFrame, opening_debt: DataFrame | None, closing: DataFrame, day: date
+    periods: DataFrame,
+    opening_debt: DataFrame | None,
+    closing: DataFrame,
+    day: date,
+    events: DataFrame | None = None,
 ) -> DataFrame:
-    """Gold ``dispatch_daily``: one row per scope of the day (with rows or with carried debt)."""
+    """Gold ``dispatch_daily``: one row per scope of the day (with rows or with carried debt).
+
+    ``events``: ``throttle_events`` of the day, put next to ``periods_exhausted`` (where the
+    model says the allowance was used up); null when Pulsar did not report them."""
     agg = periods.groupBy(*SCOPE).agg(
         F.when(F.countDistinct("grain") > 1, F.lit("mixed")).otherwise(F.first("grain")).alias("grain"),
         F.count(F.lit(1)).alias("periods"),
@@ -463,15 +757,23 @@ def dispatch_daily(
         F.sum("over_bytes").alias("excess_bytes"),
         F.max("debt_out_msgs").alias("max_debt_msgs"),
         F.max("debt_out_bytes").alias("max_debt_bytes"),
-        F.sum(F.col("starved").cast("int")).alias("periods_starved"),
+        (F.sum(F.col("starved").cast("int")) + F.sum("starved_empty_periods")).alias("periods_starved"),
+        F.sum(
+            (
+                F.coalesce(F.col("counted_msgs") >= F.col("allowed_msgs"), F.lit(False))
+                | F.coalesce(F.col("bytes") >= F.col("allowed_bytes"), F.lit(False))
+            ).cast("int")
+        ).alias("periods_exhausted"),
         F.sum("over_batch_msgs").alias("_batch_msgs"),
         F.sum("over_redelivery_msgs").alias("_redelivery_msgs"),
         F.sum("over_redelivery_bytes").alias("_redelivery_bytes"),
         F.sum("over_approx_bytes").alias("_approx_bytes"),
+        F.max("limiter_model").alias("_model"),  # one per scope: the model of its broker that day
     )
-    out = _scope_join(agg, closing.select(*SCOPE, "debt_msgs", "debt_bytes"), "full_outer").select(
+    out = _scope_join(agg, closing.select(*SCOPE, "debt_msgs", "debt_bytes", "limiter_model"), "full_outer").select(
         *[F.coalesce(F.col(k), F.col(f"r_{k}")).alias(k) for k in SCOPE],
-        *[k for k in agg.columns if k not in SCOPE],
+        *[k for k in agg.columns if k not in SCOPE and k != "_model"],
+        F.coalesce(F.col("_model"), F.col("r_limiter_model"), F.lit(CLASSIC)).alias("limiter_model"),
         F.coalesce(F.col("r_debt_msgs"), F.lit(0)).alias("closing_debt_msgs"),
         F.coalesce(F.col("r_debt_bytes"), F.lit(0)).alias("closing_debt_bytes"),
     )
@@ -486,10 +788,21 @@ def dispatch_daily(
         out = out.withColumn("opening_debt_msgs", F.lit(0)).withColumn("opening_debt_bytes", F.lit(0))
     counts = [
         "periods", "msgs", "bytes", "periods_over", "periods_over_msgs", "periods_over_bytes",
-        "excess_msgs", "excess_bytes", "max_debt_msgs", "max_debt_bytes", "periods_starved",
+        "excess_msgs", "excess_bytes", "max_debt_msgs", "max_debt_bytes", "periods_starved", "periods_exhausted",
         "_batch_msgs", "_redelivery_msgs", "_redelivery_bytes", "_approx_bytes",
     ]  # fmt: skip
     out = out.fillna(0, subset=counts).fillna("period", subset=["grain"])
+    if events is not None:
+        columns = out.columns
+        out = _scope_join(out, events, "left").select(
+            *columns,
+            F.col("r_pulsar_throttled_msg_events").alias("pulsar_throttled_msg_events"),
+            F.col("r_pulsar_throttled_bytes_events").alias("pulsar_throttled_bytes_events"),
+        )
+    else:
+        out = out.withColumn("pulsar_throttled_msg_events", F.lit(None).cast("long")).withColumn(
+            "pulsar_throttled_bytes_events", F.lit(None).cast("long")
+        )
 
     def share(part: str | Column, total: str) -> Column:
         part = F.col(part) if isinstance(part, str) else part
@@ -505,16 +818,12 @@ def dispatch_daily(
         )
         .withColumn("share_redelivery_bytes", share("_redelivery_bytes", "excess_bytes"))
         .withColumn("share_approx_bytes", share("_approx_bytes", "excess_bytes"))
-        .withColumn(
-            "share_other_bytes",
-            share(F.col("excess_bytes") - F.col("_redelivery_bytes") - F.col("_approx_bytes"), "excess_bytes"),
-        )
     )
     causes = [
         ("batch", F.col("share_batch_msgs")),
         ("redelivery", F.greatest("share_redelivery_msgs", "share_redelivery_bytes")),
         ("byte-approximation", F.col("share_approx_bytes")),
-        ("other", F.greatest("share_other_msgs", "share_other_bytes")),
+        ("other", F.col("share_other_msgs")),
     ]
     best = F.greatest(*[F.coalesce(v, F.lit(-1.0)) for _, v in causes])
     main = F.lit(None).cast("string")
@@ -612,10 +921,15 @@ def _build_one(day: date, settings: Settings, result: StageResult, summary: bool
     previous = state.where(F.col("day") == F.lit(day)).cache()
     previous.count()  # pin the stored closing debt before it is replaced
 
+    models = _day_models(day, settings, intervals, opening).cache()
+    # The day before too: the latest snapshot at or before the day's first periods.
+    snapshots = read_table("cursor_snapshots", settings=settings).where(
+        F.col("day").between(F.lit(day - timedelta(days=1)), F.lit(day))
+    )
     partition = [{"day": day}]
     result.writes.append(
         write_table(
-            dispatch_periods(intervals, limits, opening),
+            dispatch_periods(intervals, limits, opening, models, backlog_intervals(snapshots)),
             "dispatch_periods",
             "replace",
             partition,
@@ -628,7 +942,8 @@ def _build_one(day: date, settings: Settings, result: StageResult, summary: bool
     new = closing.select(*SCOPE, "debt_msgs", "debt_bytes")
     changed = bool(old.exceptAll(new).limit(1).count() or new.exceptAll(old).limit(1).count())
     result.writes.append(merge_table(closing, "debt_state", partition, settings=settings))
-    daily = dispatch_daily(periods, opening, closing, day)
+    topic_stats = read_table("bronze_topic_stats", settings=settings).where(F.col("day") == F.lit(day))
+    daily = dispatch_daily(periods, opening, closing, day, throttle_events(topic_stats))
     result.writes.append(write_table(daily, "dispatch_daily", "replace", partition, settings=settings))
     if summary:
         stored = read_table("dispatch_daily", settings=settings).where(F.col("day") == F.lit(day))
@@ -643,6 +958,10 @@ def _build_one(day: date, settings: Settings, result: StageResult, summary: bool
             dispatch_periods_starved=totals["periods_starved"] or 0,
         )
         result.lines.extend(worst_scope_lines(stored))
+        result.lines.extend(
+            f"dispatch: {r['cluster']} {r['broker']}: {r['limiter_model']} limiter ({r['limiter_model_source']})"
+            for r in models.orderBy("cluster", "broker").collect()  # one row per broker
+        )
         if opening.limit(1).count() == 0:
             result.lines.append(
                 f"dispatch: no debt_state rows for {day - timedelta(days=1)}: started from zero debt"
@@ -650,4 +969,19 @@ def _build_one(day: date, settings: Settings, result: StageResult, summary: bool
     opening.unpersist()
     previous.unpersist()
     closing.unpersist()
+    models.unpersist()
     return changed
+
+
+# Days of bronze_metrics searched back for the broker's pulsar_version_info.
+VERSION_LOOKBACK_DAYS = 7
+
+
+def _day_models(day: date, settings: Settings, intervals: DataFrame, opening: DataFrame) -> DataFrame:
+    """``limiter_models`` for the brokers with dispatch rows or carried debt on ``day``."""
+    brokers = intervals.select("cluster", "broker").unionByName(opening.select("cluster", "broker")).distinct()
+    policies = read_table("bronze_policies", settings=settings).where(F.col("day") <= F.lit(day))
+    metrics = read_table("bronze_metrics", settings=settings).where(
+        (F.col("day") <= F.lit(day)) & (F.col("day") >= F.lit(day - timedelta(days=VERSION_LOOKBACK_DAYS)))
+    )
+    return limiter_models(brokers, policies, metrics, day, settings.dispatch.limiter_model)

@@ -362,6 +362,7 @@ def daily_alerts(ranges: DataFrame, alerts: AlertSettings) -> DataFrame:
     agg = df.groupBy(*KEY).agg(
         F.max("ranges").alias("ranges"),
         F.max_by("ranges", last).alias("ranges_last"),
+        F.max("snapshot_at").alias("last_snapshot_at"),
         F.max("msg_delayed").alias("msg_delayed"),
         *(F.max_by(c, peak).alias("ranges_at" if c == "snapshot_at" else c) for c in at_peak),
         *(F.max_by(c, last).alias(c) for c in at_last),
@@ -425,7 +426,10 @@ def daily_alerts(ranges: DataFrame, alerts: AlertSettings) -> DataFrame:
 
 
 def with_state(today: DataFrame, previous: DataFrame, notified: DataFrame, day: date) -> DataFrame:
-    """Alert state against the previous day's open alerts: new, ongoing, escalated, resolved."""
+    """Alert state against the previous day's open alerts: new, ongoing, escalated, resolved, or
+    stale: an open alert whose subscription has no snapshot today is not resolved (nothing says
+    the holes are gone); it keeps its severity, and ``stale_since`` (the first day without data,
+    carried while it lasts) lets the mail say "no data since …" once."""
     rank = F.create_map(*(F.lit(x) for kv in SEVERITY_RANK.items() for x in kv))
     prev = previous.filter(F.col("state") != "resolved").select(
         *KEY,
@@ -437,18 +441,28 @@ def with_state(today: DataFrame, previous: DataFrame, notified: DataFrame, day: 
         F.col("horizon_hours").alias("p_horizon_hours"),
         F.col("hint_scenario").alias("p_hint_scenario"),
         F.col("hint").alias("p_hint"),
+        F.col("last_snapshot_at").alias("p_last_snapshot_at"),
+        F.col("stale_since").alias("p_stale_since"),
         F.lit(True).alias("was_open"),
     )
     both = today.join(prev, KEY, "full").filter(F.col("severity").isNotNull() | F.col("was_open"))
     is_open = F.col("severity").isNotNull()
+    no_data = F.col("last_snapshot_at").isNull()  # open yesterday, no snapshot today
     state = (
         F.when(is_open & F.col("was_open").isNull(), F.lit("new"))
         .when(is_open & (rank[F.col("severity")] > rank[F.col("p_severity")]), F.lit("escalated"))
         .when(is_open, F.lit("ongoing"))
+        .when(no_data, F.lit("stale"))
         .otherwise(F.lit("resolved"))
     )
+    last_seen = F.coalesce(F.col("last_snapshot_at"), F.col("p_last_snapshot_at"))
     resolved_reason = F.when(
-        F.col("ranges").isNull(), F.lit("resolved: no cursor snapshots for this subscription today")
+        no_data,
+        F.concat(
+            F.lit("no data since "),
+            F.coalesce(F.date_format(last_seen, "yyyy-MM-dd HH:mm 'UTC'"), F.lit("an unknown time")),
+            F.lit(": no cursor snapshots for this subscription; the alert stays open until a snapshot shows it"),
+        ),
     ).otherwise(
         F.concat(
             F.lit("resolved: peak "), _fmt("ranges"), F.lit(" ranges < warning threshold "),
@@ -459,10 +473,16 @@ def with_state(today: DataFrame, previous: DataFrame, notified: DataFrame, day: 
     sent = notified.filter(F.col("day") == F.lit(day)).select(*KEY).distinct().withColumn("sent", F.lit(True))
     return (
         both.withColumn("state", state)
+        .withColumn("severity", F.when(F.col("state") == "stale", F.col("p_severity")).otherwise(F.col("severity")))
+        .withColumn(
+            "stale_since",
+            F.when(F.col("state") == "stale", F.coalesce(F.col("p_stale_since"), F.lit(day)).cast("date")),
+        )
         .withColumn("day", F.lit(day))
         .withColumn("previous_severity", F.col("p_severity"))
         .withColumn("first_seen", F.when(F.col("was_open"), F.col("p_first_seen")).otherwise(F.lit(day)))
         .withColumn("reason", F.coalesce(F.col("reason"), resolved_reason))
+        .withColumn("last_snapshot_at", last_seen)
         .withColumn("namespace", F.coalesce("namespace", "p_namespace"))
         .withColumn("subscription_type", F.coalesce("subscription_type", "p_subscription_type"))
         .withColumn("warning_threshold", F.coalesce("warning_threshold", "p_warning_threshold"))

@@ -374,18 +374,22 @@ def dispatch_section(day: date, settings: Settings, headline: list[Number]) -> S
     section.tables.append(
         Table(
             ["level", "scope", "periods over", "msgs over", "bytes over", "max debt msgs",
-             "max debt bytes", "starved", "closing debt msgs", "causes (share of msgs over)"],
+             "max debt bytes", "starved", "closing debt msgs", "limiter",
+             "allowance used up / Pulsar throttled (msg, byte events)", "causes (share of msgs over)"],
             [
                 [
                     r["level"], scope_label(r["level"], r["broker"], r["topic"], r["subscription"]),
                     _fmt(r["periods_over"]), _fmt(r["excess_msgs"]), _bytes(r["excess_bytes"]),
                     _fmt(r["max_debt_msgs"]), _bytes(r["max_debt_bytes"]), _fmt(r["periods_starved"]),
-                    _fmt(r["closing_debt_msgs"]), _causes(r),
+                    _fmt(r["closing_debt_msgs"]), r["limiter_model"],
+                    f"{_fmt(r['periods_exhausted'])} / {_fmt(r['pulsar_throttled_msg_events'])}, "
+                    f"{_fmt(r['pulsar_throttled_bytes_events'])}",
+                    _causes(r),
                 ]
                 for r in rows
             ],
             numeric={2, 3, 4, 5, 6, 7, 8},
-            prose={9},
+            prose={11},
             caption="Worst scopes by messages over quota, then bytes over quota." + _scrape_note(rows),
             more=more,
         )

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from functools import lru_cache
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, Field, SecretStr
 from pydantic_settings import (
@@ -106,6 +107,14 @@ class ProducerSettings(BaseModel):
     publish_rate_limits: list[PublishRateLimit] = Field(default_factory=list)
 
 
+class DispatchSettings(BaseModel):
+    """Dispatch throttling (`build`): which rate limiter the brokers run (README "Dispatch throttling")."""
+
+    # auto: per broker from dispatchRateLimiterFactoryClassName, else its version (>= 3.2: token
+    # bucket), else classic. classic or token-bucket: that model for every broker.
+    limiter_model: Literal["auto", "classic", "token-bucket"] = "auto"
+
+
 class ReportSettings(BaseModel):
     """The daily HTML report (`brokerlens report`)."""
 
@@ -160,6 +169,7 @@ class Settings(BaseSettings):
     alerts: AlertSettings = Field(default_factory=AlertSettings)
     producers: ProducerSettings = Field(default_factory=ProducerSettings)
     report: ReportSettings = Field(default_factory=ReportSettings)
+    dispatch: DispatchSettings = Field(default_factory=DispatchSettings)
 
     @classmethod
     def settings_customise_sources(

@@ -44,6 +44,12 @@ SUBSCRIPTION = (
     Field("nonContiguousDeletedMessagesRangesSerializedSize", "bigint", counter=True),
     Field("blockedSubscriptionOnUnackedMsgs", "boolean"),
     Field("consumers", "array<string>"),
+    # PIP-406 (Pulsar 4.0+, SubscriptionStatsImpl): times dispatch was throttled, per limit level.
+    *(
+        Field(f"dispatchThrottled{unit}EventsBy{level}Limit", "bigint", counter=True)
+        for level in ("Subscription", "Topic", "Broker")
+        for unit in ("Msg", "Bytes")
+    ),
 )
 
 
