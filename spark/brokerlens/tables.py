@@ -31,16 +31,7 @@ from dataclasses import dataclass
 from datetime import date, datetime
 from typing import Callable, Iterable, Literal, Mapping, TypeVar
 
-from delta.exceptions import (
-    ConcurrentAppendException,
-    ConcurrentDeleteDeleteException,
-    ConcurrentDeleteReadException,
-    ConcurrentTransactionException,
-    ConcurrentWriteException,
-    DeltaConcurrentModificationException,
-    MetadataChangedException,
-    ProtocolChangedException,
-)
+from delta import exceptions as delta_exceptions
 from delta.tables import DeltaTable
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
@@ -56,17 +47,9 @@ log = logging.getLogger(__name__)
 WriteMode = Literal["append", "overwrite", "replace"]
 PartitionSpec = Mapping[str, object]
 _T = TypeVar("_T")
-# Delta's commit conflicts (siblings, not one hierarchy, on the Python side): all worth a retry.
-CONFLICTS = (
-    ConcurrentAppendException,
-    ConcurrentDeleteDeleteException,
-    ConcurrentDeleteReadException,
-    ConcurrentTransactionException,
-    ConcurrentWriteException,
-    DeltaConcurrentModificationException,
-    MetadataChangedException,
-    ProtocolChangedException,
-)
+# Delta's commit conflicts: every exception delta.exceptions exports (siblings on the Python
+# side, not one hierarchy); all are worth a retry.
+CONFLICTS = tuple(getattr(delta_exceptions, name) for name in delta_exceptions.__all__)
 
 
 class TableError(RuntimeError):
