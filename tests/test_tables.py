@@ -151,8 +151,11 @@ def test_merge_updates_inserts_and_deletes_within_the_day(spark, settings):
     schema = tables.table_schema("debt_state")
 
     def state(day, rows):
+        base = {"day": day, "level": "topic", "cluster": "c1", "broker": "b1", "subscription": None,
+                "debt_bytes": 0, "last_period_start": None, "limiter_model": "classic"}
         return spark.createDataFrame(
-            [(day, "topic", "c1", "b1", t, None, msgs, 0, None) for t, msgs in rows], schema.struct
+            [tuple({**base, "topic": t, "debt_msgs": msgs}[c] for c in schema.column_names) for t, msgs in rows],
+            schema.struct,
         )
 
     merge_table(state(D1, [("t1", 5), ("t2", 7)]), "debt_state", [{"day": D1}])
