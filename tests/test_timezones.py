@@ -57,6 +57,8 @@ def run_in_zone(zone: str, landing: Path, home: Path, smtp_port: int, command) -
         TZ=zone,
         BROKERLENS_HOME=str(home),
         BROKERLENS_SPARK__SHUFFLE_PARTITIONS="2",
+        # Mails link to the report: under one base URL, not each run's own home folder.
+        BROKERLENS_REPORT__BASE_URL="https://ops.example.com/brokerlens/",
         AIRFLOW_CONN_SMTP_DEFAULT=f"smtp://127.0.0.1:{smtp_port}?disable_ssl=true&disable_tls=true",
     )
     run = subprocess.run(command("run", "--date", DAY.isoformat()), env=env, capture_output=True, text=True,
