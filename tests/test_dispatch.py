@@ -328,7 +328,13 @@ def reference(series: Series, horizon_days: int = 1):
             rows[t] = row
         t += series.period
         if t % 86400 < series.period:
-            closing[t - t % 86400] = tuple(debt)
+            midnight = t - t % 86400
+            closing[midnight] = tuple(debt)
+            # A limit disabled by a change in the day's last period is off from midnight: the
+            # day closes owing nothing on it (debt_state is what the next day carries).
+            before = [lim for lim in series.limits if lim[0] < midnight]
+            if before:
+                closing[midnight] = tuple(0 if not (q and q > 0) else d for q, d in zip(before[-1][1:], debt))
     return rows, closing
 
 
