@@ -52,6 +52,7 @@ from datetime import date, timedelta
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
+from .brokers import broker_versions, version_at_least
 from .settings import Settings
 from .stage import StageResult
 from .tables import merge_table, read_table, write_table
@@ -213,26 +214,11 @@ def limiter_models(
             .alias("f_model"),
         )
     )
-    version = F.col("labels")["version"]
-    major = F.regexp_extract(version, r"^(\d+)\.(\d+)", 1).cast("int")
-    minor = F.regexp_extract(version, r"^(\d+)\.(\d+)", 2).cast("int")
-    since_major, since_minor = TOKEN_BUCKET_SINCE
-    versions = (
-        metrics.where(
-            (F.col("metric") == "pulsar_version_info") & (F.col("collected_at") < end) & major.isNotNull()
-        )
-        .withColumn("_n", F.row_number().over(latest(["cluster", "broker"], "collected_at")))
-        .where("_n = 1")
-        .select(
-            F.col("cluster").alias("v_cluster"),
-            F.col("broker").alias("v_broker"),
-            F.concat(F.lit("version "), version).alias("v_source"),
-            F.when(
-                (major > since_major) | ((major == since_major) & (minor >= since_minor)), F.lit(TOKEN_BUCKET)
-            )
-            .otherwise(F.lit(CLASSIC))
-            .alias("v_model"),
-        )
+    versions = broker_versions(metrics, day).select(
+        F.col("cluster").alias("v_cluster"),
+        F.col("broker").alias("v_broker"),
+        F.concat(F.lit("version "), F.col("version")).alias("v_source"),
+        F.when(version_at_least(TOKEN_BUCKET_SINCE), F.lit(TOKEN_BUCKET)).otherwise(F.lit(CLASSIC)).alias("v_model"),
     )
     specific = factory.where(F.col("f_broker").isNotNull()).select(
         F.col("cluster").alias("s_cluster"), F.col("f_broker").alias("s_broker"), F.col("f_model").alias("s_model")

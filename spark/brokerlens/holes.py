@@ -5,6 +5,19 @@ ranges after it, written by Pulsar as ``[(3:4..3:6], (3:7..3:9]]`` (open below, 
 Only the first ``managedLedgerMaxUnackedRangesToPersist`` ranges are persisted (seed 004): past the
 cap, acknowledgements are lost on a topic reload and those entries are delivered again.
 
+How the cursor ledger holds the state depends on ``managedLedgerPersistIndividualAckAsLongArray``
+(``persist_mode``, README "Ack-state persistence modes", from Pulsar's ``ManagedCursorImpl``):
+
+* ranges: ``PositionInfo.individualDeletedMessages``, the first ``cap`` ranges in position order;
+  the entries in later ranges are exposed.
+* long-array (default from 4.1): ``OpenLongPairRangeSet.toRanges(cap)`` walks the ledgers in id
+  order and keeps a ledger while the running count of acknowledged entries (the ledger bitset's
+  cardinality, not its ranges) stays within ``cap``; the first ledger past it and every later one
+  are left out (exposed). Each kept ledger is a ``LongListMap``: its bitset as 64-bit words from
+  entry 0 to its last acknowledged entry, so the size grows with the entry span, not the holes.
+  If no ledger fits, Pulsar writes ranges instead; if the entry exceeds BookKeeper's frame limit
+  the ledger write fails and the metadata store gets the first ``cap`` ranges.
+
 The range string can hold hundreds of thousands of ranges (megabytes in one field). It is parsed
 with Spark SQL functions only (regexp_extract_all, posexplode, aggregates), whose cost grows
 linearly with its length, and it never reaches the driver.
@@ -18,6 +31,7 @@ from datetime import date, datetime, time, timedelta, timezone
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
+from .brokers import broker_versions, version_at_least
 from .settings import AlertOverride, AlertSettings, Settings
 from .stage import StageResult
 from .tables import read_table, write_table
@@ -25,6 +39,20 @@ from .tables import read_table, write_table
 log = logging.getLogger(__name__)
 
 CAP_KEY = "managedLedgerMaxUnackedRangesToPersist"
+METADATA_STORE_CAP_KEY = "managedLedgerMaxUnackedRangesToPersistInMetadataStore"
+LONG_ARRAY_KEY = "managedLedgerPersistIndividualAckAsLongArray"
+# ServiceConfiguration: a cursor closing with at most this many ranges is written to the metadata store.
+DEFAULT_METADATA_STORE_CAP = 1000
+# PR #23888: managedLedgerPersistIndividualAckAsLongArray defaults to true from 4.1 (false before).
+LONG_ARRAY_SINCE = (4, 1)
+RANGES, LONG_ARRAY, METADATA_STORE = "ranges", "long-array", "metadata-store"
+# A cursor-ledger entry larger than BookKeeper's nettyMaxFrameSizeBytes fails to be written: Pulsar's
+# default is maxMessageSize (5 MiB) + MESSAGE_SIZE_FRAME_PADDING (10 KiB) (PR #7116).
+ENTRY_LIMIT_BYTES = 5 * 1024 * 1024 + 10 * 1024
+# LongListMap.values is a proto2 `repeated int64` (not packed): a tag byte + a varint per word. A
+# word of entries all unacknowledged is 0 (1-byte varint); a word whose top entry is acknowledged is
+# negative as int64 (10-byte varint), the bound used for every word from the first acknowledged one.
+ZERO_WORD_BYTES, WORD_BYTES = 1 + 1, 1 + 10
 # One range as Pulsar prints it: (lowerLedger:lowerEntry..upperLedger:upperEntry]. Entry ids can be
 # -1 (the position before a ledger's first entry).
 RANGE = r"\((-?\d+):(-?\d+)\.\.(-?\d+):(-?\d+)\]"
@@ -91,12 +119,13 @@ def _override_chain(
     return value, source
 
 
-def broker_config_caps(snapshots: DataFrame, day: date) -> DataFrame:
-    """Cap from the broker-config policies in force at each snapshot: (snapshot key, policy_cap).
+def broker_config_at(snapshots: DataFrame, day: date, keys: list[str]) -> DataFrame:
+    """The broker.conf values in force at each snapshot: (snapshot key, one string column per key).
 
-    A broker-config record holds from ``effective_at`` until the next one for the same cluster and
-    broker; a record for the broker wins over a cluster-wide one (broker null). Records landed on
-    earlier days stay in force, so every landing day up to ``day`` is read (the table is small).
+    Per key, the latest broker-config record that sets it (or removes the record) holds from its
+    ``effective_at``; a record for the broker wins over a cluster-wide one (broker null), as in
+    ``dispatch.limiter_models``. Records landed on earlier days stay in force, so every landing
+    day up to ``day`` is read (the table is small).
     """
     policies = (
         read_table("bronze_policies")
@@ -105,33 +134,86 @@ def broker_config_caps(snapshots: DataFrame, day: date) -> DataFrame:
             F.col("cluster").alias("p_cluster"),
             F.col("broker").alias("p_broker"),
             "effective_at",
-            F.when(~F.col("removed"), F.col("broker_config")[CAP_KEY].cast("bigint")).alias("p_cap"),
+            "removed",
+            "broker_config",
         )
     )
-    keys = snapshots.select(*SNAPSHOT_KEY, "broker")
-    matched = keys.join(
+    matched = snapshots.select(*SNAPSHOT_KEY, "broker").join(
         F.broadcast(policies),
         (F.col("p_cluster") == F.col("cluster"))
         & (F.col("p_broker").isNull() | (F.col("p_broker") == F.col("broker")))
         & (F.col("effective_at") <= F.col("snapshot_at")),
     )
     ordering = F.struct(F.col("p_broker").isNotNull(), F.col("effective_at"))
-    return (
-        matched.groupBy(*SNAPSHOT_KEY)
-        .agg(F.max_by("p_cap", ordering).alias("policy_cap"))
-        .filter(F.col("policy_cap") > 0)
+    # max_by skips rows whose ordering is null: records that do not mention the key.
+    sets = lambda key: F.col("removed") | F.map_contains_key("broker_config", F.lit(key))  # noqa: E731
+    return matched.groupBy(*SNAPSHOT_KEY).agg(
+        *(
+            F.max_by(F.when(~F.col("removed"), F.col("broker_config")[k]), F.when(sets(k), ordering)).alias(k)
+            for k in keys
+        )
     )
 
 
-def with_cap(snapshots: DataFrame, day: date, alerts: AlertSettings) -> DataFrame:
-    caps = broker_config_caps(snapshots, day)
-    df = snapshots.join(caps, SNAPSHOT_KEY, "left")
+def with_persistence(snapshots: DataFrame, day: date, alerts: AlertSettings) -> DataFrame:
+    """The persistence settings in force per snapshot: ``cap``/``cap_source`` (settings override >
+    broker config > ``alerts.default_cap``), ``metadata_store_cap`` (broker config > 1,000) and
+    ``persist_mode``/``persist_mode_source`` (settings ``alerts.persist_mode`` > broker config
+    ``managedLedgerPersistIndividualAckAsLongArray`` > the broker's version, >= 4.1 long-array >
+    ranges), chosen like the dispatch limiter model."""
+    from .dispatch import VERSION_LOOKBACK_DAYS
+
+    config = broker_config_at(snapshots, day, [CAP_KEY, METADATA_STORE_CAP_KEY, LONG_ARRAY_KEY])
+    positive = lambda key: F.when(F.col(key).try_cast("bigint") > 0, F.col(key).try_cast("bigint"))  # noqa: E731
+    flag = F.lower(F.trim(F.col(LONG_ARRAY_KEY)))
+    metrics = read_table("bronze_metrics").filter(
+        (F.col("day") <= F.lit(day)) & (F.col("day") >= F.lit(day - timedelta(days=VERSION_LOOKBACK_DAYS)))
+    )
+    versions = broker_versions(metrics, day).select(
+        F.col("cluster").alias("v_cluster"),
+        F.col("broker").alias("v_broker"),
+        F.concat(F.lit("version "), F.col("version")).alias("v_source"),
+        F.when(version_at_least(LONG_ARRAY_SINCE), F.lit(LONG_ARRAY)).otherwise(F.lit(RANGES)).alias("v_mode"),
+    )
+    df = (
+        snapshots.join(config, SNAPSHOT_KEY, "left")
+        .join(
+            F.broadcast(versions),
+            (F.col("cluster") == F.col("v_cluster")) & (F.col("broker") == F.col("v_broker")),
+            "left",
+        )
+        .withColumn("policy_cap", positive(CAP_KEY))
+        .withColumn("c_mode", F.when(flag == "true", F.lit(LONG_ARRAY)).when(flag == "false", F.lit(RANGES)))
+    )
     fallback = F.coalesce(F.col("policy_cap"), F.lit(alerts.default_cap))
     fallback_source = F.when(F.col("policy_cap").isNotNull(), F.lit("broker-config")).otherwise(
         F.lit("default")
     )
     cap, source = _override_chain(alerts.overrides, "cap", fallback, fallback_source)
-    return df.withColumn("cap", cap.cast("bigint")).withColumn("cap_source", source).drop("policy_cap")
+    if alerts.persist_mode != "auto":
+        mode, mode_source = F.lit(alerts.persist_mode), F.lit("settings")
+    else:
+        mode = F.coalesce("c_mode", "v_mode", F.lit(RANGES))
+        mode_source = (
+            F.when(F.col("c_mode").isNotNull(), F.lit(f"broker-config {LONG_ARRAY_KEY}"))
+            .when(F.col("v_mode").isNotNull(), F.col("v_source"))
+            .otherwise(F.lit("default"))
+        )
+    return (
+        df.withColumn("cap", cap.cast("bigint"))
+        .withColumn("cap_source", source)
+        .withColumn(
+            "metadata_store_cap",
+            F.coalesce(
+                F.when(F.col(METADATA_STORE_CAP_KEY).try_cast("bigint") >= 0, F.col(METADATA_STORE_CAP_KEY).try_cast("bigint")),
+                F.lit(DEFAULT_METADATA_STORE_CAP),
+            ).cast("bigint"),
+        )
+        .withColumn("persist_mode", mode)
+        .withColumn("persist_mode_source", mode_source)
+        .drop(CAP_KEY, METADATA_STORE_CAP_KEY, LONG_ARRAY_KEY, "policy_cap", "c_mode",
+              "v_cluster", "v_broker", "v_source", "v_mode")
+    )
 
 
 def with_alert_thresholds(df: DataFrame, alerts: AlertSettings) -> DataFrame:
@@ -173,11 +255,43 @@ def _range_entries(lower_ledger: Column, lower_entry: Column, upper_ledger: Colu
     return F.when(lower_ledger == upper_ledger, upper_entry - lower_entry).otherwise(across)
 
 
+def _varint_bytes(x: Column) -> Column:
+    """Bytes of a protobuf varint of a non-negative int64: 7 bits per byte, at most 9."""
+    return F.lit(1) + sum((x >= F.lit(1 << (7 * k))).cast("int") for k in range(1, 9))
+
+
+def _long_array(per_ledger: DataFrame) -> DataFrame:
+    """Per ledger: ``kept`` by ``toRanges(cap)`` (the running count of acknowledged entries over the
+    ledgers in id order, this one included, is within the cap; null when an entry count is unknown)
+    and ``field_bytes``, its ``PositionInfo.individualDeletedMessageRanges`` field: a tag byte, the
+    length, and the ``LongListMap`` (key tag + ledger id, then one word per 64 entry ids from entry 0
+    to the last acknowledged one: words below the first acknowledged entry are 0)."""
+    upto = Window.partitionBy(*SNAPSHOT_KEY).orderBy("ul").rowsBetween(Window.unboundedPreceding, 0)
+    words = F.floor(F.col("last_acked") / 64) + 1
+    zero_words = F.floor(F.col("first_acked") / 64)
+    list_map = (
+        F.lit(1) + _varint_bytes(F.col("ul"))
+        + zero_words * ZERO_WORD_BYTES + (words - zero_words) * WORD_BYTES
+    )
+    return (
+        per_ledger.withColumn(
+            "kept",
+            F.when(F.sum("entries_unknown").over(upto) == 0, F.sum("entries").over(upto) <= F.col("cap")),
+        )
+        .withColumn("_map", list_map.cast("bigint"))
+        .withColumn("field_bytes", F.lit(1) + _varint_bytes(F.col("_map")) + F.col("_map"))
+        .drop("_map")
+    )
+
+
 def range_stats(parsed: DataFrame) -> DataFrame:
-    """Per snapshot with a well-formed outline: counts, entries and exposure from its ranges.
+    """Per snapshot with a well-formed outline: counts, entries and exposure from its ranges, and
+    what the long-array format would keep (``long_array_*``).
 
     ``bad_ranges`` counts ranges that are empty or not strictly after the previous one (Pulsar
-    prints them sorted and disjoint); any makes the string malformed.
+    prints them sorted and disjoint); any makes the string malformed. A range is counted in the
+    ledger of its upper end: the long-array format needs Pulsar's open range set, whose ranges
+    never span ledgers (only the older guava set prints such ranges).
     """
     exploded = parsed.filter(F.col("outline_ok")).select(
         *SNAPSHOT_KEY, "cap", "ledger_entries", F.posexplode("range_list").alias("pos", "r")
@@ -203,6 +317,9 @@ def range_stats(parsed: DataFrame) -> DataFrame:
         .withColumn("beyond", F.col("pos") >= F.col("cap"))
     )
     per_ledger = ranges.groupBy(*SNAPSHOT_KEY, "ul").agg(
+        F.max("cap").alias("cap"),
+        F.min(F.when(ll == ul, le + 1).otherwise(0)).alias("first_acked"),
+        F.max("ue").alias("last_acked"),
         F.count("*").alias("n"),
         F.sum(F.col("bad").cast("int")).alias("bad"),
         F.sum("entries").alias("entries"),
@@ -210,7 +327,8 @@ def range_stats(parsed: DataFrame) -> DataFrame:
         F.sum(F.when(F.col("beyond"), F.col("entries"))).alias("exposure"),
         F.sum((F.col("beyond") & F.col("entries").isNull()).cast("int")).alias("exposure_unknown"),
     )
-    return per_ledger.groupBy(*SNAPSHOT_KEY).agg(
+    known = F.sum(F.col("kept").isNull().cast("int")) == 0
+    return _long_array(per_ledger).groupBy(*SNAPSHOT_KEY).agg(
         F.sum("n").alias("ranges_parsed"),
         F.sum("bad").alias("bad_ranges"),
         F.when(F.sum("entries_unknown") == 0, F.sum("entries")).alias("acked_entries"),
@@ -218,6 +336,13 @@ def range_stats(parsed: DataFrame) -> DataFrame:
         F.count("*").cast("int").alias("ledgers"),
         F.max("n").alias("max_ranges_per_ledger"),
         F.map_from_entries(F.collect_list(F.struct("ul", "n"))).alias("ranges_per_ledger"),
+        F.when(known, F.sum(F.col("kept").cast("int"))).alias("long_array_ledgers"),
+        F.when(known, F.coalesce(F.sum(F.when(F.col("kept"), F.col("field_bytes"))), F.lit(0))).alias(
+            "long_array_bytes"
+        ),
+        F.when(known, F.coalesce(F.sum(F.when(~F.col("kept"), F.col("entries"))), F.lit(0))).alias(
+            "long_array_exposure"
+        ),
     )
 
 
@@ -226,8 +351,7 @@ def range_stats(parsed: DataFrame) -> DataFrame:
 
 def cursor_ranges_frame(snapshots: DataFrame, day: date, alerts: AlertSettings) -> tuple[DataFrame, DataFrame]:
     """(cursor_ranges rows without growth, malformed snapshots) for the day's cursor_snapshots."""
-    with_caps = with_cap(snapshots, day, alerts)
-    parsed = parse_ranges(with_caps)
+    parsed = parse_ranges(with_persistence(snapshots, day, alerts))
     stats = range_stats(parsed)
     has_string = F.col("range_list").isNotNull()
     joined = parsed.join(stats, SNAPSHOT_KEY, "left").withColumn(
@@ -244,19 +368,43 @@ def cursor_ranges_frame(snapshots: DataFrame, day: date, alerts: AlertSettings) 
         .when(F.col("ranges_source") == "metrics", F.lit("brk_ml_cursor_nonContiguousDeletedMessagesRange"))
         .otherwise(F.lit("nonContiguousDeletedMessagesRanges"))
     )
-    out = joined.select(
+    # What the cursor ledger holds after this snapshot (see the module docstring); in long-array mode
+    # unknown without the parsed ranges. Pulsar's reported serialized size is the range encoding's.
+    long_array = F.col("persist_mode") == LONG_ARRAY
+    persisted_as = (
+        F.when(~long_array, F.lit(RANGES))
+        .when(~parsed_ok, F.lit(None))
+        .when(no_ranges | (F.col("long_array_ledgers") == 0), F.lit(RANGES))
+        .when(F.col("long_array_bytes") > ENTRY_LIMIT_BYTES, F.lit(METADATA_STORE))
+        .when(F.col("long_array_ledgers") > 0, F.lit(LONG_ARRAY))
+    )
+    range_exposure = F.when(no_ranges, zero).otherwise(F.col("exposure_entries"))
+    exposure = F.when(F.col("persisted_as") == LONG_ARRAY, F.col("long_array_exposure")).when(
+        F.col("persisted_as").isNotNull(), range_exposure
+    )
+    long_array_size = F.col("persisted_as").isin(LONG_ARRAY, METADATA_STORE)
+    out = joined.withColumn("persisted_as", persisted_as).select(
         "day", "snapshot_at", "cluster", "broker", "namespace", "topic", "subscription",
         "subscription_type", "mark_delete_position",
         ranges.alias("ranges"),
         F.when(parsed_ok, F.lit("individuallyDeletedMessages")).otherwise(reported_source).alias("ranges_source"),
         "ranges_reported", "ranges_malformed", "cap", "cap_source",
         F.greatest(ranges - F.col("cap"), zero).alias("over_cap"),
-        F.when(parsed_ok, F.when(no_ranges, zero).otherwise(F.col("exposure_entries"))).alias("exposure_entries"),
+        "persist_mode", "persist_mode_source", "persisted_as",
+        F.when(parsed_ok & long_array, F.coalesce("long_array_ledgers", F.when(no_ranges, F.lit(0)))).alias(
+            "long_array_ledgers"
+        ),
+        "metadata_store_cap",
+        (ranges <= F.col("metadata_store_cap")).alias("closes_to_metadata_store"),
+        F.when(parsed_ok, exposure).alias("exposure_entries"),
         F.when(parsed_ok, F.when(no_ranges, zero).otherwise(F.col("acked_entries"))).alias("acked_entries"),
-        F.coalesce(
-            F.col("serialized_size_reported"), F.round(ranges * ESTIMATED_BYTES_PER_RANGE).cast("bigint")
-        ).alias("serialized_bytes"),
-        F.when(F.col("serialized_size_reported").isNotNull(), F.lit("reported"))
+        F.when(long_array_size, F.col("long_array_bytes"))
+        .otherwise(
+            F.coalesce(F.col("serialized_size_reported"), F.round(ranges * ESTIMATED_BYTES_PER_RANGE).cast("bigint"))
+        )
+        .alias("serialized_bytes"),
+        F.when(long_array_size, F.lit("estimated-long-array"))
+        .when(F.col("serialized_size_reported").isNotNull(), F.lit("reported"))
         .otherwise(F.lit("estimated"))
         .alias("serialized_bytes_source"),
         F.when(parsed_ok, F.coalesce("ledgers", F.lit(0))).alias("ledgers"),
@@ -349,12 +497,24 @@ def _fmt(col: str) -> Column:
     return F.format_number(F.col(col), 0)
 
 
+def _mode_text() -> Column:
+    """E.g. "persisted as long-array, long-array mode from version 4.1.2"."""
+    return F.concat(
+        F.lit("persisted as "), F.coalesce(F.col("persisted_as"), F.lit("unknown")), F.lit(", "),
+        F.coalesce(F.col("persist_mode"), F.lit("unknown")), F.lit(" mode from "),
+        F.coalesce(F.col("persist_mode_source"), F.lit("unknown")),
+    )
+
+
 def daily_alerts(ranges: DataFrame, alerts: AlertSettings) -> DataFrame:
     """One row per subscription of the day with its severity (null: no alert) and numbers."""
     df = with_alert_thresholds(ranges, alerts)
     peak = F.struct(F.col("ranges"), F.col("snapshot_at"))
     last = F.col("snapshot_at")
-    at_peak = ["snapshot_at", "cap", "cap_source", "over_cap", "exposure_entries", "serialized_bytes"]
+    at_peak = [
+        "snapshot_at", "cap", "cap_source", "over_cap", "exposure_entries", "serialized_bytes",
+        "persist_mode", "persist_mode_source", "persisted_as",
+    ]
     at_last = [
         "namespace", "subscription_type", "growth_per_hour", "hours_to_cap", "forecast_cap_at",
         "unacked_messages", "msg_backlog", "warning_threshold", "horizon_hours",
@@ -368,8 +528,9 @@ def daily_alerts(ranges: DataFrame, alerts: AlertSettings) -> DataFrame:
         *(F.max_by(c, last).alias(c) for c in at_last),
     )
     forecast_hit = (F.col("hours_to_cap") > 0) & (F.col("hours_to_cap") <= F.col("horizon_hours"))
+    # In long-array mode acknowledgements can be left out well under the cap in ranges.
     severity = (
-        F.when(F.col("ranges") >= F.col("cap"), F.lit("critical"))
+        F.when((F.col("ranges") >= F.col("cap")) | (F.col("exposure_entries") > 0), F.lit("critical"))
         .when(F.col("ranges") >= F.col("warning_threshold"), F.lit("warning"))
         .when(forecast_hit, F.lit("forecast"))
     )
@@ -386,11 +547,12 @@ def daily_alerts(ranges: DataFrame, alerts: AlertSettings) -> DataFrame:
         F.when(
             F.col("severity") == "critical",
             F.concat(
-                _fmt("ranges"), F.lit(" ranges at "), at, F.lit(" >= cap "), _fmt("cap"),
-                F.lit(" ("), F.col("cap_source"), F.lit("): "), _fmt("over_cap"),
+                _fmt("ranges"), F.lit(" ranges at "), at,
+                F.when(F.col("ranges") >= F.col("cap"), F.lit(" >= cap ")).otherwise(F.lit(" < cap ")),
+                _fmt("cap"), F.lit(" ("), F.col("cap_source"), F.lit("): "), _fmt("over_cap"),
                 F.lit(" ranges over the cap, "),
                 F.coalesce(_fmt("exposure_entries"), F.lit("an unknown number of")),
-                F.lit(" acknowledged entries redelivered on a topic reload; serialized "),
+                F.lit(" acknowledged entries redelivered on a topic reload ("), _mode_text(), F.lit("); serialized "),
                 _fmt("serialized_bytes"), F.lit(" bytes"), trend,
             ),
         )

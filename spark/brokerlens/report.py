@@ -442,7 +442,9 @@ def cursor_section(day: date, settings: Settings, headline: list[Number]) -> Sec
         "Subscriptions by acknowledged ranges after markDeletePosition (holes) at the day's last "
         "snapshot, against managedLedgerMaxUnackedRangesToPersist. Ranges beyond the cap are not "
         "persisted: their acknowledgements are lost on a topic reload and those entries are "
-        "delivered again (exposure). Charts: ranges over the last days and the trend towards the cap.",
+        "delivered again (exposure). In long-array mode (managedLedgerPersistIndividualAckAsLongArray, "
+        "default from Pulsar 4.1) the cap counts acknowledged entries per ledger instead; exposure is "
+        "computed for the mode in force. Charts: ranges over the last days and the trend towards the cap.",
     )
     from pyspark.sql import Window
 
@@ -496,18 +498,20 @@ def cursor_section(day: date, settings: Settings, headline: list[Number]) -> Sec
     section.tables.append(
         Table(
             ["subscription", "type", "ranges (last)", "ranges (peak)", "cap", "of cap", "over cap",
-             "exposure (entries)", "serialized", "growth /h", "hours to cap", "cap reached (UTC)"],
+             "exposure (entries)", "persisted as (mode)", "serialized", "growth /h", "hours to cap",
+             "cap reached (UTC)"],
             [
                 [
                     f"{_short_topic(r['topic'])} · {r['subscription']}", r["subscription_type"] or "—",
                     _fmt(r["ranges"]), _fmt(r["peak"]), _fmt(r["cap"]), _pct(r["share_of_cap"]),
                     _fmt(r["over_cap"]), _fmt(r["exposure_entries"]),
-                    _bytes(r["serialized_bytes"]) + (" (est.)" if r["serialized_bytes_source"] == "estimated" else ""),
+                    f"{r['persisted_as'] or '—'} ({r['persist_mode'] or '—'})",
+                    _bytes(r["serialized_bytes"]) + (" (est.)" if r["serialized_bytes_source"] != "reported" else ""),
                     _fmt(r["growth_per_hour"], 1), _fmt(r["hours_to_cap"], 1), r["forecast_text"] or "—",
                 ]
                 for r in rows
             ],
-            numeric={2, 3, 4, 5, 6, 7, 8, 9, 10},
+            numeric={2, 3, 4, 5, 6, 7, 9, 10, 11},
             caption="Closest to the cap first (ranges at the last snapshot over the cap in force).",
             more=more,
         )

@@ -73,6 +73,10 @@ class AlertSettings(BaseModel):
     # Seed 004 advises alerting from 8,000-10,000 ranges; the cap default is Pulsar's 10,000.
     warning_ranges: int = Field(default=8000, gt=0)
     default_cap: int = Field(default=10000, gt=0)
+    # How brokers persist the ack state (README "Ack-state persistence modes"). auto: per broker from
+    # managedLedgerPersistIndividualAckAsLongArray, else its version (>= 4.1: long-array), else
+    # ranges. ranges or long-array: that mode for every broker.
+    persist_mode: Literal["auto", "ranges", "long-array"] = "auto"
     horizon_hours: float = Field(default=24.0, gt=0)
     # Growth is the least-squares slope over the snapshots of the last growth_window_hours.
     growth_window_hours: float = Field(default=6.0, gt=0)

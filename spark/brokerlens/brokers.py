@@ -1,0 +1,42 @@
+"""What a broker runs: its Pulsar version from the ``pulsar_version_info`` metric.
+
+Several models depend on the broker's version (the dispatch rate limiter in ``dispatch``, the
+ack-state persistence format in ``holes``); both resolve it here, the same way.
+"""
+
+from __future__ import annotations
+
+from datetime import date, timedelta
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+
+_VERSION = r"^(\d+)\.(\d+)"
+
+
+def broker_versions(metrics: DataFrame, day: date) -> DataFrame:
+    """(cluster, broker, version, version_major, version_minor): each broker's latest
+    ``pulsar_version_info{version}`` sample in ``metrics`` (bronze_metrics rows) before the end of
+    ``day``; samples whose version does not start with ``major.minor`` are ignored."""
+    end = F.to_timestamp(F.lit((day + timedelta(days=1)).isoformat()))
+    version = F.col("labels")["version"]
+    major = F.regexp_extract(version, _VERSION, 1).cast("int")
+    latest = Window.partitionBy("cluster", "broker").orderBy(F.col("collected_at").desc())
+    return (
+        metrics.where((F.col("metric") == "pulsar_version_info") & (F.col("collected_at") < end) & major.isNotNull())
+        .withColumn("_n", F.row_number().over(latest))
+        .where("_n = 1")
+        .select(
+            "cluster",
+            "broker",
+            version.alias("version"),
+            major.alias("version_major"),
+            F.regexp_extract(version, _VERSION, 2).cast("int").alias("version_minor"),
+        )
+    )
+
+
+def version_at_least(since: tuple[int, int]) -> Column:
+    """On ``broker_versions`` rows: the broker runs ``since`` (major, minor) or later."""
+    major, minor = F.col("version_major"), F.col("version_minor")
+    return (major > since[0]) | ((major == since[0]) & (minor >= since[1]))
