@@ -39,7 +39,7 @@ from .settings import AlertSettings, RecipientGroup, Settings, get_settings
 from .spark import get_spark
 from .stage import StageFailed, StageResult
 from .schemas import table_schema
-from .tables import read_table, write_table
+from .tables import merge_table, read_table, sql_equals
 from .times import utc
 
 log = logging.getLogger(__name__)
@@ -217,17 +217,15 @@ def _rows(day: date, out: Outgoing, subject: str, msg_id: str, outbox: Path, sta
 
 
 def record(day: date, msg_id: str, rows: list[dict]) -> None:
-    """The one state change of ``alert_notifications``: the message's pending rows are replaced
-    by ``rows`` (pending rows before it is sent, sent rows once accepted, none when the server
-    did not take it); sent rows are never replaced. A MERGE on (day, message_id, status) would
-    do the same."""
+    """The one state change of ``alert_notifications``, a MERGE: the message's pending rows are
+    replaced by ``rows`` (pending rows before it is sent, sent rows once accepted, none when the
+    server did not take it); sent rows are never replaced."""
     schema = table_schema("alert_notifications")
-    kept = read_table("alert_notifications").filter(
-        (F.col("day") == F.lit(day)) & ((F.col("message_id") != msg_id) | (F.col("status") != PENDING))
-    )
     # sent_at is aware (UTC): PySpark would read a naive one in the process's time zone.
     new = get_spark().createDataFrame([tuple(r[c] for c in schema.column_names) for r in rows], schema.struct)
-    write_table(kept.unionByName(new), "alert_notifications", mode="replace", partitions=[{"day": day}])
+    pending = f"t.status = '{PENDING}'"
+    merge_table(new, "alert_notifications", partitions=[{"day": day}], update_when=pending,
+                delete_when=f"{pending} AND t.message_id {sql_equals(msg_id)}")
 
 
 def settle_pending(day: date) -> list[str]:
@@ -267,7 +265,7 @@ def _mark_notified(day: date) -> None:
         .withColumn("notified", F.col("notified") | F.coalesce(F.col("sent"), F.lit(False)))
         .select(*table_schema("hole_alerts").column_names)
     )
-    write_table(updated, "hole_alerts", mode="replace", partitions=[{"day": day}])
+    merge_table(updated, "hole_alerts", partitions=[{"day": day}], update_when="t.notified <> s.notified")
 
 
 # ------------------------------------------------------------------------------ the stage

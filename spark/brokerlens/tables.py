@@ -233,10 +233,17 @@ def merge_table(
     name: str,
     partitions: Iterable[PartitionSpec],
     settings: Settings | None = None,
+    *,
+    update_when: str | None = None,
+    delete_when: str | None = None,
 ) -> WriteResult:
     """``MERGE`` ``df`` into a state table on its ``key`` (schemas/), within ``partitions``:
     rows with a known key are updated, new keys inserted, and keys of those partitions that
-    ``df`` no longer has are deleted. Rows that did not change are not rewritten."""
+    ``df`` no longer has are deleted. Files without a matching row are not rewritten.
+
+    ``update_when`` / ``delete_when``: SQL conditions (target ``t``, source ``s``) narrowing the
+    update of matched rows and the deletion of rows ``df`` no longer has (still within
+    ``partitions``)."""
     settings = settings or get_settings()
     schema = table_schema(name)
     if not schema.key:
@@ -258,9 +265,9 @@ def merge_table(
             (
                 DeltaTable.forPath(spark, table_location(name, settings)).alias("t")
                 .merge(frame.alias("s"), on)
-                .whenMatchedUpdateAll()
+                .whenMatchedUpdateAll(update_when)
                 .whenNotMatchedInsertAll()
-                .whenNotMatchedBySourceDelete(where)
+                .whenNotMatchedBySourceDelete(f"({where}) AND ({delete_when})" if delete_when else where)
                 .execute()
             )
         finally:
@@ -327,11 +334,12 @@ def _replace_where(
     for spec in specs:
         if set(spec) != set(schema.partition_by):
             raise TableError(f"partition {dict(spec)} must name exactly {list(schema.partition_by)}")
-        clauses.append(" AND ".join(f"{prefix}`{k}` {_sql_equals(spec[k])}" for k in schema.partition_by))
+        clauses.append(" AND ".join(f"{prefix}`{k}` {sql_equals(spec[k])}" for k in schema.partition_by))
     return " OR ".join(f"({c})" for c in clauses)
 
 
-def _sql_equals(value: object) -> str:
+def sql_equals(value: object) -> str:
+    """``= <value>`` as a SQL literal (``IS NULL`` for None), for conditions built from Python values."""
     if value is None:
         return "IS NULL"
     if isinstance(value, bool):
