@@ -114,6 +114,29 @@ def build_two_days(spark) -> None:
     build_days(spark, {D1: DAY1_RANGES, D2: {"charges": 12_000, "billing": 10_400, "audit": 300, "search": 8_800}})
 
 
+def write_limiters(spark, day: date) -> None:
+    """dispatch_daily rows of ``day``: two brokers of c1 with their limiter model and its source
+    (two scopes on b41: one line per broker), one broker of c2."""
+    from brokerlens.schemas import table_schema
+    from brokerlens.tables import write_table
+
+    schema = table_schema("dispatch_daily")
+    scopes = [("c1", "b31:8080", "classic", "version 3.1.2", None),
+              ("c1", "b41:8080", "token-bucket", "broker-config dispatchRateLimiterFactoryClassName", None),
+              ("c1", "b41:8080", "token-bucket", "broker-config dispatchRateLimiterFactoryClassName", "t-partition-0"),
+              ("c2", "b9:8080", "classic", "default", None)]  # fmt: skip
+    rows = []
+    for cluster, broker, model, source, topic in scopes:
+        row = {c: 0 for c in schema.column_names}
+        row.update(day=day, level="topic" if topic else "broker", cluster=cluster, broker=broker, topic=topic,
+                   subscription=None, grain="period", limiter_model=model, limiter_model_source=source,
+                   pulsar_throttled_msg_events=None, pulsar_throttled_bytes_events=None, main_cause=None,
+                   share_batch_msgs=None, share_redelivery_msgs=None, share_other_msgs=None,
+                   share_redelivery_bytes=None, share_approx_bytes=None)  # fmt: skip
+        rows.append(tuple(row[c] for c in schema.column_names))
+    write_table(spark.createDataFrame(rows, schema.struct), "dispatch_daily", "replace", [{"day": day}])
+
+
 def run_alert(*args):
     return CliRunner().invoke(cli.app, ["alert", *args])
 
@@ -128,6 +151,7 @@ def test_alert_mails_new_then_changes_and_never_twice(spark, smtp_server, monkey
     controller, inbox = smtp_server
     configure(monkeypatch, controller.port)
     build_two_days(spark)
+    write_limiters(spark, D1)
 
     out = run_alert("--date", str(D1))
     assert out.exit_code == 0, out.output
@@ -141,6 +165,10 @@ def test_alert_mails_new_then_changes_and_never_twice(spark, smtp_server, monkey
     assert "12,000 peak" in text and "cap 10,000 (default)" in text and "2,000 ranges" in text
     assert "<table" in html and "<b>charges</b>" in html and "12,000 / 12,000" in html
     assert "Key_Shared: messages of a slow or hot key" in html and "charges" in html
+    # The dispatch limiter each broker of the alerts' cluster (c1) ran that day; c2 is not mailed.
+    assert "Dispatch rate limiter on c1 b31:8080: classic (version 3.1.2)." in text
+    assert "Dispatch rate limiter on c1 b41:8080: token-bucket (broker-config dispatchRateLimiterFactoryClassName)." in text
+    assert "c2" not in text and "<b>token-bucket</b>" in html
     ops = by_rcpt["ops@example.com"]
     assert ops["Subject"] == f"[brokerlens] Pulsar unacked-range alerts {D1}: 2 warning"
     text, html = parts(ops)

@@ -98,18 +98,30 @@ def summary(alerts: list[dict]) -> str:
     return ", ".join(f"{counts[k]} {k}" for k in order if k in counts)
 
 
-def render(day: date, group: RecipientGroup, alerts: list[dict], cfg: AlertSettings) -> tuple[str, str, str]:
-    """(subject, plain text, HTML) of one group's message."""
+def render(day: date, group: RecipientGroup, alerts: list[dict], cfg: AlertSettings,
+           limiters: list[dict] = ()) -> tuple[str, str, str]:  # fmt: skip
+    """(subject, plain text, HTML) of one group's message. ``limiters``: ``dispatch_limiters`` of
+    the day; the summary names those of the clusters the message is about."""
+    clusters = {a["cluster"] for a in alerts}
+    limiters = [lim for lim in limiters if lim["cluster"] in clusters]
     text_summary = summary(alerts)
     subject = f"{cfg.subject_prefix} Pulsar unacked-range alerts {day}: {text_summary}".strip()
     env = _environment()
     context = {"day": day, "group": group.name, "alerts": alerts, "summary": text_summary, "subject": subject,
-               "report_url": report_url(day, get_settings())}
+               "report_url": report_url(day, get_settings()), "limiters": limiters}
     return (
         subject,
         env.get_template("hole_alerts.txt.j2").render(context),
         env.get_template("hole_alerts.html.j2").render(context),
     )
+
+
+def dispatch_limiters(day: date) -> list[dict]:
+    """The dispatch rate limiter each broker was judged with on ``day`` (dispatch_daily: one model
+    per broker and day) and how it was chosen, for the mail summary."""
+    daily = read_table("dispatch_daily").filter(F.col("day") == F.lit(day))
+    rows = daily.select("cluster", "broker", "limiter_model", "limiter_model_source").distinct()
+    return [r.asDict() for r in rows.orderBy("cluster", "broker").collect()]  # one row per broker
 
 
 # ------------------------------------------------------------------------------ who gets what
@@ -280,10 +292,11 @@ def alert_day(day: date, settings: Settings, dry_run: bool = False) -> StageResu
         return result
 
     target = smtp_target(settings)
+    limiters = dispatch_limiters(day)
     if dry_run:
         result.lines.append(f"dry run: would send {len(messages)} message(s) via {target}; nothing sent or recorded")
         for out in messages:
-            subject, text, _ = render(day, out.group, out.alerts, cfg)
+            subject, text, _ = render(day, out.group, out.alerts, cfg, limiters)
             result.lines.append(f"to {out.group.name} <{', '.join(out.to)}>: {subject}")
             result.lines += [f"    {line}" if line else "" for line in text.splitlines()]
         return result
@@ -292,7 +305,7 @@ def alert_day(day: date, settings: Settings, dry_run: bool = False) -> StageResu
     try:
         with smtp_session(target) as client:
             for out in messages:
-                subject, text, html = render(day, out.group, out.alerts, cfg)
+                subject, text, html = render(day, out.group, out.alerts, cfg, limiters)
                 msg_id = message_id(day, out, target.mail_from)
                 copy = _outbox_file(settings, day, out.group.name, msg_id)
                 msg = build_message(subject, target.mail_from, list(out.to), text, html, message_id=msg_id)

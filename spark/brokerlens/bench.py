@@ -472,7 +472,8 @@ SELECT day, level, cluster, broker, topic, subscription, interval_start AS perio
        over_redelivery_msgs, over_redelivery_bytes,
        over_bytes - over_redelivery_bytes AS over_approx_bytes,
        msg_source, byte_source, source,
-       'classic' AS limiter_model, NULL::BIGINT AS tokens_out_msgs, NULL::BIGINT AS tokens_out_bytes
+       'classic' AS limiter_model, NULL::BIGINT AS tokens_out_msgs, NULL::BIGINT AS tokens_out_bytes,
+       bytes AS counted_bytes, 'charged' AS charge_rule, false AS filtered_entries_charged
 FROM causes
 ) TO '{out}' (FORMAT parquet, COMPRESSION zstd)
 """.format(big=BIG, out="{out}")

@@ -178,6 +178,46 @@ FACTORY_KEY = "dispatchRateLimiterFactoryClassName"
 TOKEN_BUCKET_SINCE = (3, 2)
 
 
+def _broker_config(brokers: DataFrame, policies: DataFrame, keys: list[str], day: date) -> DataFrame:
+    """(cluster, broker, one column per key): each key's value (text) in the broker's config by the
+    end of ``day``: the latest bronze_policies broker-config record that sets or removes the key, a
+    record for the broker over one without a broker (which holds for every broker of the
+    cluster); null when never set, or removed."""
+    end = F.to_timestamp(F.lit((day + timedelta(days=1)).isoformat()))
+    latest = Window.partitionBy("cluster", "broker").orderBy(F.col("effective_at").desc())
+    config = policies.where((F.col("kind") == "broker-config") & (F.col("effective_at") < end))
+    out = brokers
+    for i, key in enumerate(keys):
+        found = (
+            config.where(F.col("removed") | F.map_contains_key("broker_config", F.lit(key)))
+            .withColumn("_n", F.row_number().over(latest))
+            .where("_n = 1")
+            .select(
+                F.col("cluster").alias("f_cluster"),
+                F.col("broker").alias("f_broker"),
+                F.when(~F.col("removed"), F.col("broker_config")[key]).alias("f_value"),
+            )
+        )
+        specific = found.where(F.col("f_broker").isNotNull()).select(
+            F.col("f_cluster").alias(f"s{i}_cluster"), F.col("f_broker").alias(f"s{i}_broker"),
+            F.col("f_value").alias(f"s{i}_value"),
+        )  # fmt: skip
+        wide = found.where(F.col("f_broker").isNull()).select(
+            F.col("f_cluster").alias(f"w{i}_cluster"), F.col("f_value").alias(f"w{i}_value")
+        )
+        out = (
+            out.join(
+                specific,
+                (F.col("cluster") == F.col(f"s{i}_cluster")) & (F.col("broker") == F.col(f"s{i}_broker")),
+                "left",
+            )
+            .join(wide, F.col("cluster") == F.col(f"w{i}_cluster"), "left")
+            .withColumn(key, F.coalesce(f"s{i}_value", f"w{i}_value"))
+            .drop(f"s{i}_cluster", f"s{i}_broker", f"s{i}_value", f"w{i}_cluster", f"w{i}_value")
+        )
+    return out
+
+
 def limiter_models(
     brokers: DataFrame, policies: DataFrame, metrics: DataFrame, day: date, override: str = "auto"
 ) -> DataFrame:
@@ -185,51 +225,29 @@ def limiter_models(
     limiter_model_source).
 
     ``override`` (settings ``dispatch.limiter_model``) > broker config
-    ``dispatchRateLimiterFactoryClassName`` (bronze_policies, latest record in force by the end
-    of the day; a record without a broker holds for every broker of the cluster) > the broker's
-    version (``pulsar_version_info{version}`` in bronze_metrics, latest sample by the end of the
-    day: >= 3.2 token bucket) > classic. ``brokers``: the (cluster, broker) pairs to resolve.
+    ``dispatchRateLimiterFactoryClassName`` (``_broker_config``) > the broker's version
+    (``pulsar_version_info{version}`` in bronze_metrics, latest sample by the end of the day:
+    >= 3.2 token bucket) > classic. ``brokers``: the (cluster, broker) pairs to resolve.
     """
     if override != "auto":
         return brokers.select(
             "cluster", "broker", F.lit(override).alias("limiter_model"), F.lit("settings").alias("limiter_model_source")
         )
-    end = F.to_timestamp(F.lit((day + timedelta(days=1)).isoformat()))
-    latest = lambda keys, at: Window.partitionBy(*keys).orderBy(F.col(at).desc())  # noqa: E731
-    factory = (
-        policies.where(
-            (F.col("kind") == "broker-config")
-            & (F.col("effective_at") < end)
-            & (F.col("removed") | F.map_contains_key("broker_config", F.lit(FACTORY_KEY)))
-        )
-        .withColumn("_n", F.row_number().over(latest(["cluster", "broker"], "effective_at")))
-        .where("_n = 1")
-        .select(
-            "cluster",
-            F.col("broker").alias("f_broker"),
-            # Pulsar's factories: DispatchRateLimiterFactoryClassic / ...AsyncTokenBucket.
-            F.when(F.col("removed"), F.lit(None))
-            .when(F.col("broker_config")[FACTORY_KEY].endswith("Classic"), F.lit(CLASSIC))
-            .when(F.col("broker_config")[FACTORY_KEY].endswith("AsyncTokenBucket"), F.lit(TOKEN_BUCKET))
-            .alias("f_model"),
-        )
-    )
     versions = broker_versions(metrics, day).select(
         F.col("cluster").alias("v_cluster"),
         F.col("broker").alias("v_broker"),
         F.concat(F.lit("version "), F.col("version")).alias("v_source"),
         F.when(version_at_least(TOKEN_BUCKET_SINCE), F.lit(TOKEN_BUCKET)).otherwise(F.lit(CLASSIC)).alias("v_model"),
     )
-    specific = factory.where(F.col("f_broker").isNotNull()).select(
-        F.col("cluster").alias("s_cluster"), F.col("f_broker").alias("s_broker"), F.col("f_model").alias("s_model")
+    factory = F.col(FACTORY_KEY)
+    # Pulsar's factories: DispatchRateLimiterFactoryClassic / ...AsyncTokenBucket.
+    config = (
+        F.when(factory.endswith("Classic"), F.lit(CLASSIC))
+        .when(factory.endswith("AsyncTokenBucket"), F.lit(TOKEN_BUCKET))
     )
-    wide = factory.where(F.col("f_broker").isNull()).select("cluster", F.col("f_model").alias("w_model"))
-    resolved = (
-        brokers.join(specific, (F.col("cluster") == F.col("s_cluster")) & (F.col("broker") == F.col("s_broker")), "left")
-        .join(wide, "cluster", "left")
-        .join(versions, (F.col("cluster") == F.col("v_cluster")) & (F.col("broker") == F.col("v_broker")), "left")
+    resolved = _broker_config(brokers, policies, [FACTORY_KEY], day).join(
+        versions, (F.col("cluster") == F.col("v_cluster")) & (F.col("broker") == F.col("v_broker")), "left"
     )
-    config = F.coalesce("s_model", "w_model")
     return resolved.select(
         "cluster",
         "broker",
@@ -241,18 +259,72 @@ def limiter_models(
     )
 
 
+# Pulsar's counting rules (ServiceConfiguration; AbstractBaseDispatcher
+# acquirePermitsForDeliveredMessages and filterEntriesForConsumer, PersistentTopic
+# checkBackloggedCursors): broker.conf key -> (column, Spark type, Pulsar's default).
+NON_BACKLOG_KEY = "dispatchThrottlingOnNonBacklogConsumerEnabled"
+FILTERED_KEY = "dispatchThrottlingForFilteredEntriesEnabled"
+BACKLOGGED_THRESHOLD_KEY = "managedLedgerCursorBackloggedThreshold"
+COUNTING_RULES = {
+    NON_BACKLOG_KEY: ("throttle_non_backlog", "boolean", True),
+    FILTERED_KEY: ("throttle_filtered", "boolean", False),
+    BACKLOGGED_THRESHOLD_KEY: ("cursor_backlogged_threshold", "bigint", 1000),
+}
+
+
+def counting_rules(brokers: DataFrame, policies: DataFrame, day: date, defaults: dict | None = None) -> DataFrame:
+    """What each broker charges to its dispatch limiters on ``day``: (cluster, broker,
+    throttle_non_backlog, throttle_filtered, cursor_backlogged_threshold, counting_rules_source).
+
+    The broker's config (``_broker_config``) > ``defaults`` ({broker.conf key: value}, from
+    settings ``dispatch``) > Pulsar's defaults. A value that does not parse is ignored."""
+    defaults = defaults or {}
+    keys = list(COUNTING_RULES)
+    config = _broker_config(brokers, policies, keys, day)
+    columns, from_config = [], []
+    for key, (name, kind, pulsar_default) in COUNTING_RULES.items():
+        text = F.lower(F.trim(F.col(key)))
+        parsed = (
+            F.when(text == "true", F.lit(True)).when(text == "false", F.lit(False))
+            if kind == "boolean"
+            else F.when(text.rlike(r"^-?\d+$"), text.cast("bigint"))
+        )
+        columns.append(F.coalesce(parsed, F.lit(defaults.get(key, pulsar_default)).cast(kind)).alias(name))
+        from_config.append(F.when(parsed.isNotNull(), F.lit(key)))
+    listed = F.concat_ws(", ", *from_config)
+    return config.select(
+        "cluster",
+        "broker",
+        *columns,
+        F.when(listed == "", F.lit("settings")).otherwise(F.concat(F.lit("broker-config "), listed)).alias(
+            "counting_rules_source"
+        ),
+    )
+
+
 def _with_model(rows: DataFrame, models: DataFrame | None) -> DataFrame:
-    """``limiter_model`` per row from its broker (classic when ``models`` has none)."""
+    """``limiter_model`` and the counting rules (``counting_rules``) per row from its broker:
+    classic and Pulsar's defaults where ``models`` has none."""
+    rules = {name: default for name, _, default in COUNTING_RULES.values()}
     if models is None:
+        for c, default in rules.items():
+            rows = rows.withColumn(c, F.lit(default))
         return rows.withColumn("limiter_model", F.lit(CLASSIC))
+    carried = [c for c in rules if c in models.columns]
     m = models.select(
-        F.col("cluster").alias("m_cluster"), F.col("broker").alias("m_broker"), F.col("limiter_model").alias("m_model")
+        F.col("cluster").alias("m_cluster"),
+        F.col("broker").alias("m_broker"),
+        F.col("limiter_model").alias("m_model"),
+        *[F.col(c).alias(f"m_{c}") for c in carried],
     )
     cond = (rows["cluster"] == m["m_cluster"]) & rows["broker"].eqNullSafe(m["m_broker"])
-    joined = rows.join(F.broadcast(m), cond, "left")
-    return joined.withColumn("limiter_model", F.coalesce("m_model", F.lit(CLASSIC))).drop(
-        "m_cluster", "m_broker", "m_model"
+    joined = rows.join(F.broadcast(m), cond, "left").withColumn(
+        "limiter_model", F.coalesce("m_model", F.lit(CLASSIC))
     )
+    for c, default in rules.items():
+        value = F.coalesce(F.col(f"m_{c}"), F.lit(default)) if c in carried else F.lit(default)
+        joined = joined.withColumn(c, value)
+    return joined.drop("m_cluster", "m_broker", "m_model", *[f"m_{c}" for c in carried])
 
 
 # ------------------------------------------------------------------------- dispatch_periods
@@ -264,6 +336,7 @@ def dispatch_periods(
     opening_debt: DataFrame | None = None,
     models: DataFrame | None = None,
     backlog: DataFrame | None = None,
+    cursors: DataFrame | None = None,
 ) -> DataFrame:
     """Gold ``dispatch_periods`` rows from silver ``dispatch_intervals`` and ``rate_limits``.
 
@@ -271,8 +344,15 @@ def dispatch_periods(
     rate_limits.yaml); ``opening_debt`` is the previous day's ``debt_state`` partition (its
     ``day`` is the day before; its debt enters at the next midnight); ``models`` the
     ``limiter_models`` of the day (none: classic everywhere); ``backlog`` the
-    ``backlog_intervals`` (none: empty periods are never counted as starved). Returns exactly the
-    columns of schemas/tables/dispatch_periods.yaml, one row per input interval.
+    ``backlog_intervals`` (none: empty periods are never counted as starved); ``cursors`` the
+    ``cursor_states`` (none: with dispatchThrottlingOnNonBacklogConsumerEnabled off, whether a
+    delivery was charged is unknown and it is charged). Returns exactly the columns of
+    schemas/tables/dispatch_periods.yaml, one row per input interval.
+
+    Counting rules (``counting_rules`` via ``models``): with the non-backlog rule off, a row whose
+    cursors were caught up at the latest snapshot at or before its start is not charged
+    (``charge_rule``); cursor snapshots enter the one sort as zero-length marker rows, like the
+    opening debt, and each row takes the latest state before it.
     """
     timeline = limit_timeline(limits)
     records = intervals.select(
@@ -289,6 +369,7 @@ def dispatch_periods(
         F.unix_micros("interval_start").alias("t0_us"),
         (F.unix_micros("interval_start") + _round(F.col("interval_seconds") * _US)).alias("t1_us"),
         F.lit(True).alias("is_record"),
+        F.lit(None).cast("string").alias("_cursor_state"),
     )
     rows = records
     if opening_debt is not None:
@@ -307,8 +388,28 @@ def dispatch_periods(
             midnight.alias("t0_us"),
             midnight.alias("t1_us"),
             F.lit(False).alias("is_record"),
+            F.lit(None).cast("string").alias("_cursor_state"),
         ).where("debt_msgs > 0 OR debt_bytes > 0")
         rows = rows.unionByName(markers)
+    if cursors is not None:
+        rows = rows.unionByName(
+            cursors.select(
+                *SCOPE,
+                F.to_date(F.timestamp_micros("at_us")).alias("day"),
+                F.timestamp_micros("at_us").alias("period_start"),
+                F.lit(0.0).alias("interval_seconds"),
+                F.lit("period").alias("grain"),
+                F.lit(0).cast("long").alias("msgs"),
+                F.lit(0).cast("long").alias("bytes"),
+                F.lit(None).cast("long").alias("entries"),
+                F.lit(None).cast("long").alias("redelivered_msgs"),
+                F.lit(CURSOR_SOURCE).alias("source"),
+                F.col("at_us").alias("t0_us"),
+                F.col("at_us").alias("t1_us"),
+                F.lit(False).alias("is_record"),
+                F.col("cursor_state").alias("_cursor_state"),
+            )
+        )
 
     rows = _with_model(_with_limit(rows, timeline, "t0_us", "l_"), models)
     token_bucket = F.col("limiter_model") == TOKEN_BUCKET
@@ -318,18 +419,19 @@ def dispatch_periods(
         .otherwise(F.lit("msgs"))
     )
     rows = rows.withColumn("count_unit", count_unit).withColumn(
-        "counted_msgs",
+        "_unit_msgs",
         F.when(F.col("is_record") & (F.col("count_unit") == "entries"), F.col("entries")).otherwise(
             F.col("msgs")
         ),
     )
-    delivered = {"msgs": "counted_msgs", "bytes": "bytes"}
+    delivered = {"msgs": "counted_msgs", "bytes": "counted_bytes"}
     # Every operator from here on copies the rows it passes on (shuffle, sort, two windows):
     # only what the recursion and the output need goes on, the quota integrated up to the row's
     # start and end (``_q0``, ``_q1``) instead of the limit row it came from.
     rows = rows.select(
         *SCOPE, "day", "period_start", "interval_seconds", "grain", "msgs", "bytes", "entries",
-        "redelivered_msgs", "source", "t0_us", "is_record", "count_unit", "counted_msgs", "limiter_model",
+        "redelivered_msgs", "source", "t0_us", "is_record", "count_unit", "_unit_msgs", "limiter_model",
+        "_cursor_state", "throttle_non_backlog", F.col("throttle_filtered").alias("filtered_entries_charged"),
         F.col("l_period_seconds").alias("rate_period_seconds"),
         F.col("l_msg_q").alias("msg_limit"),
         F.col("l_byte_q").alias("byte_limit"),
@@ -351,6 +453,22 @@ def dispatch_periods(
     running = scope.rowsBetween(Window.unboundedPreceding, Window.currentRow)
     before = scope.rowsBetween(Window.unboundedPreceding, -1)
 
+    # AbstractBaseDispatcher charges a delivery only if dispatchThrottlingOnNonBacklogConsumerEnabled
+    # or the subscription's cursor is inactive (backlogged).
+    state = F.last("_cursor_state", ignorenulls=True).over(running)
+    rows = rows.withColumn(
+        "charge_rule",
+        F.when(F.col("throttle_non_backlog"), F.lit(CHARGED))
+        .when(state.isNull(), F.lit(CHARGED_BACKLOG_UNKNOWN))
+        .when(state == CAUGHT_UP, F.lit(NOT_CHARGED))
+        .when(state == MIXED, F.lit(CHARGED_PARTLY))
+        .otherwise(F.lit(CHARGED)),
+    )
+    # The opening debt is the limiter's state, not a delivery: always carried.
+    exempt = F.col("is_record") & (F.col("charge_rule") == NOT_CHARGED)
+    rows = rows.withColumn("counted_msgs", F.when(exempt, F.lit(0)).otherwise(F.col("_unit_msgs"))).withColumn(
+        "counted_bytes", F.when(exempt, F.lit(0)).otherwise(F.col("bytes"))
+    )
     for name, m in MEASURES:
         rows = rows.withColumn(f"_c_{name}", F.sum(delivered[name]).over(running))
     for name, m in MEASURES:
@@ -406,6 +524,7 @@ def dispatch_periods(
             .withColumn(f"tokens_out_{name}", F.when(limited & token_bucket, cap - x_out))
             .withColumn(f"_x_out_{name}", F.when(limited, x_out))
         )
+    rows = rows.where(F.col("source") != CURSOR_SOURCE)
     out = rows.transform(lambda r: _with_starved_empty(r, backlog)).where("is_record").transform(_over_causes).select(
         "day",
         *SCOPE,
@@ -429,8 +548,11 @@ def dispatch_periods(
             for c in ("debt_in", "allowed", "over", "debt_out")
         ],
         (
-            F.coalesce(F.col("allowed_msgs") == 0, F.lit(False))
-            | F.coalesce(F.col("allowed_bytes") == 0, F.lit(False))
+            (F.col("charge_rule") != NOT_CHARGED)
+            & (
+                F.coalesce(F.col("allowed_msgs") == 0, F.lit(False))
+                | F.coalesce(F.col("allowed_bytes") == 0, F.lit(False))
+            )
         ).alias("starved"),
         "starved_empty_periods",
         "over_batch_msgs",
@@ -443,6 +565,9 @@ def dispatch_periods(
         "limiter_model",
         "tokens_out_msgs",
         "tokens_out_bytes",
+        "counted_bytes",
+        "charge_rule",
+        "filtered_entries_charged",
     )
     return out
 
@@ -472,6 +597,58 @@ def backlog_intervals(snapshots: DataFrame) -> DataFrame:
             ).where("backlog > 0")
         )
     return frames[0].unionByName(frames[1]).unionByName(frames[2]).drop("backlog")
+
+
+CURSOR_SOURCE = "cursor_snapshots"
+CAUGHT_UP, BACKLOGGED, MIXED = "caught-up", "backlogged", "mixed"
+CHARGED, NOT_CHARGED = "charged", "not-charged-caught-up"
+CHARGED_PARTLY, CHARGED_BACKLOG_UNKNOWN = "charged-partly-caught-up", "charged-backlog-unknown"
+
+
+def cursor_states(snapshots: DataFrame, models: DataFrame) -> DataFrame:
+    """Whether each dispatch scope's cursors were caught up, per snapshot of silver
+    ``cursor_snapshots``, on the brokers whose ``counting_rules`` do not throttle non-backlog
+    consumers: (SCOPE, at_us, cursor_state).
+
+    Pulsar charges a delivery only if the subscription's cursor is inactive (when the rule is
+    off); a cursor is active while the subscription has consumers and fewer than
+    managedLedgerCursorBackloggedThreshold entries of backlog (PersistentTopic
+    checkBackloggedCursors). Snapshots carry msgBacklog in messages, never fewer than the
+    entries: below the threshold in messages is below it in entries, and a batched backlog
+    above it in messages only is taken as backlogged (charged: an upper bound). A subscription
+    is caught-up or backlogged; a topic partition or broker (its subscriptions with consumers,
+    at the same collection) caught-up when all are, backlogged when none is, else mixed."""
+    off = models.where(~F.col("throttle_non_backlog")).select(
+        F.col("cluster").alias("m_cluster"), F.col("broker").alias("m_broker"), "cursor_backlogged_threshold"
+    )
+    snaps = snapshots.join(
+        F.broadcast(off), (F.col("cluster") == F.col("m_cluster")) & (F.col("broker") == F.col("m_broker"))
+    ).select(
+        "cluster", "broker", "topic", "subscription", "snapshot_at",
+        F.when(
+            F.col("consumers") > 0,
+            F.coalesce(F.col("msg_backlog") < F.col("cursor_backlogged_threshold"), F.lit(False)).cast("int"),
+        ).alias("_up"),
+    )  # fmt: skip
+    frames = []
+    for level, keys in (("subscription", ["topic", "subscription"]), ("topic", ["topic"]), ("broker", [])):
+        agg = snaps.groupBy("cluster", "broker", *keys, "snapshot_at").agg(
+            F.min("_up").alias("_all"), F.max("_up").alias("_any")
+        )
+        frames.append(
+            agg.select(
+                F.lit(level).alias("level"),
+                "cluster",
+                "broker",
+                *[F.col(k) if k in keys else F.lit(None).cast("string").alias(k) for k in ("topic", "subscription")],
+                F.unix_micros("snapshot_at").alias("at_us"),
+                F.when(F.col("_all") == 1, F.lit(CAUGHT_UP))
+                .when(F.coalesce(F.col("_any"), F.lit(0)) == 0, F.lit(BACKLOGGED))
+                .otherwise(F.lit(MIXED))
+                .alias("cursor_state"),
+            )
+        )
+    return frames[0].unionByName(frames[1]).unionByName(frames[2])
 
 
 def _backlog_key() -> Column:
@@ -726,11 +903,13 @@ def dispatch_daily(
     closing: DataFrame,
     day: date,
     events: DataFrame | None = None,
+    models: DataFrame | None = None,
 ) -> DataFrame:
     """Gold ``dispatch_daily``: one row per scope of the day (with rows or with carried debt).
 
     ``events``: ``throttle_events`` of the day, put next to ``periods_exhausted`` (where the
-    model says the allowance was used up); null when Pulsar did not report them."""
+    model says the allowance was used up); null when Pulsar did not report them. ``models``:
+    the day's ``limiter_models``, for ``limiter_model_source`` (null without)."""
     agg = periods.groupBy(*SCOPE).agg(
         F.when(F.countDistinct("grain") > 1, F.lit("mixed")).otherwise(F.first("grain")).alias("grain"),
         F.count(F.lit(1)).alias("periods"),
@@ -746,10 +925,14 @@ def dispatch_daily(
         (F.sum(F.col("starved").cast("int")) + F.sum("starved_empty_periods")).alias("periods_starved"),
         F.sum(
             (
-                F.coalesce(F.col("counted_msgs") >= F.col("allowed_msgs"), F.lit(False))
-                | F.coalesce(F.col("bytes") >= F.col("allowed_bytes"), F.lit(False))
+                (F.col("charge_rule") != NOT_CHARGED)
+                & (
+                    F.coalesce(F.col("counted_msgs") >= F.col("allowed_msgs"), F.lit(False))
+                    | F.coalesce(F.col("counted_bytes") >= F.col("allowed_bytes"), F.lit(False))
+                )
             ).cast("int")
         ).alias("periods_exhausted"),
+        F.sum((F.col("charge_rule") == NOT_CHARGED).cast("int")).alias("periods_not_charged"),
         F.sum("over_batch_msgs").alias("_batch_msgs"),
         F.sum("over_redelivery_msgs").alias("_redelivery_msgs"),
         F.sum("over_redelivery_bytes").alias("_redelivery_bytes"),
@@ -775,7 +958,7 @@ def dispatch_daily(
     counts = [
         "periods", "msgs", "bytes", "periods_over", "periods_over_msgs", "periods_over_bytes",
         "excess_msgs", "excess_bytes", "max_debt_msgs", "max_debt_bytes", "periods_starved", "periods_exhausted",
-        "_batch_msgs", "_redelivery_msgs", "_redelivery_bytes", "_approx_bytes",
+        "periods_not_charged", "_batch_msgs", "_redelivery_msgs", "_redelivery_bytes", "_approx_bytes",
     ]  # fmt: skip
     out = out.fillna(0, subset=counts).fillna("period", subset=["grain"])
     if events is not None:
@@ -789,6 +972,15 @@ def dispatch_daily(
         out = out.withColumn("pulsar_throttled_msg_events", F.lit(None).cast("long")).withColumn(
             "pulsar_throttled_bytes_events", F.lit(None).cast("long")
         )
+
+    if models is not None:
+        m = models.select(
+            F.col("cluster").alias("m_cluster"), F.col("broker").alias("m_broker"), "limiter_model_source"
+        )
+        cond = (F.col("cluster") == F.col("m_cluster")) & F.col("broker").eqNullSafe(F.col("m_broker"))
+        out = out.join(F.broadcast(m), cond, "left").drop("m_cluster", "m_broker")
+    else:
+        out = out.withColumn("limiter_model_source", F.lit(None).cast("string"))
 
     def share(part: str | Column, total: str) -> Column:
         part = F.col(part) if isinstance(part, str) else part
@@ -915,7 +1107,9 @@ def _build_one(day: date, settings: Settings, result: StageResult, summary: bool
     partition = [{"day": day}]
     result.writes.append(
         write_table(
-            dispatch_periods(intervals, limits, opening, models, backlog_intervals(snapshots)),
+            dispatch_periods(
+                intervals, limits, opening, models, backlog_intervals(snapshots), cursor_states(snapshots, models)
+            ),
             "dispatch_periods",
             "replace",
             partition,
@@ -929,7 +1123,7 @@ def _build_one(day: date, settings: Settings, result: StageResult, summary: bool
     changed = bool(old.exceptAll(new).limit(1).count() or new.exceptAll(old).limit(1).count())
     result.writes.append(merge_table(closing, "debt_state", partition, settings=settings))
     topic_stats = read_table("bronze_topic_stats", settings=settings).where(F.col("day") == F.lit(day))
-    daily = dispatch_daily(periods, opening, closing, day, throttle_events(topic_stats))
+    daily = dispatch_daily(periods, opening, closing, day, throttle_events(topic_stats), models)
     result.writes.append(write_table(daily, "dispatch_daily", "replace", partition, settings=settings))
     if summary:
         stored = read_table("dispatch_daily", settings=settings).where(F.col("day") == F.lit(day))
@@ -945,7 +1139,9 @@ def _build_one(day: date, settings: Settings, result: StageResult, summary: bool
         )
         result.lines.extend(worst_scope_lines(stored))
         result.lines.extend(
-            f"dispatch: {r['cluster']} {r['broker']}: {r['limiter_model']} limiter ({r['limiter_model_source']})"
+            f"dispatch: {r['cluster']} {r['broker']}: {r['limiter_model']} limiter ({r['limiter_model_source']}); "
+            f"non-backlog consumers {'charged' if r['throttle_non_backlog'] else 'not charged'}, filtered entries "
+            f"{'charged' if r['throttle_filtered'] else 'not charged'} ({r['counting_rules_source']})"
             for r in models.orderBy("cluster", "broker").collect()  # one row per broker
         )
         if opening.limit(1).count() == 0:
@@ -964,10 +1160,20 @@ VERSION_LOOKBACK_DAYS = 7
 
 
 def _day_models(day: date, settings: Settings, intervals: DataFrame, opening: DataFrame) -> DataFrame:
-    """``limiter_models`` for the brokers with dispatch rows or carried debt on ``day``."""
+    """``limiter_models`` and ``counting_rules`` for the brokers with dispatch rows or carried debt
+    on ``day``."""
     brokers = intervals.select("cluster", "broker").unionByName(opening.select("cluster", "broker")).distinct()
     policies = read_table("bronze_policies", settings=settings).where(F.col("day") <= F.lit(day))
     metrics = read_table("bronze_metrics", settings=settings).where(
         (F.col("day") <= F.lit(day)) & (F.col("day") >= F.lit(day - timedelta(days=VERSION_LOOKBACK_DAYS)))
     )
-    return limiter_models(brokers, policies, metrics, day, settings.dispatch.limiter_model)
+    cfg = settings.dispatch
+    defaults = {
+        NON_BACKLOG_KEY: cfg.dispatch_throttling_on_non_backlog_consumer_enabled,
+        FILTERED_KEY: cfg.dispatch_throttling_for_filtered_entries_enabled,
+        BACKLOGGED_THRESHOLD_KEY: cfg.managed_ledger_cursor_backlogged_threshold,
+    }
+    rules = counting_rules(brokers, policies, day, defaults)
+    return limiter_models(brokers, policies, metrics, day, cfg.limiter_model).join(
+        rules, ["cluster", "broker"], "left"
+    )

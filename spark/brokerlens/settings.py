@@ -117,6 +117,14 @@ class DispatchSettings(BaseModel):
     # auto: per broker from dispatchRateLimiterFactoryClassName, else its version (>= 3.2: token
     # bucket), else classic. classic or token-bucket: that model for every broker.
     limiter_model: Literal["auto", "classic", "token-bucket"] = "auto"
+    # Pulsar's counting rules, as broker.conf defaults; a broker's landed config (bronze_policies
+    # broker-config) overrides them per broker. false: deliveries to a subscription whose cursor
+    # is caught up (consumers connected, backlog below the threshold) are not charged.
+    dispatch_throttling_on_non_backlog_consumer_enabled: bool = True
+    # true: entries that entry filters reject or reschedule are charged too (Pulsar 2.11+).
+    dispatch_throttling_for_filtered_entries_enabled: bool = False
+    # A cursor with at least this many entries of backlog is "backlogged" (inactive).
+    managed_ledger_cursor_backlogged_threshold: int = Field(default=1000, ge=0)
 
 
 class ReportSettings(BaseModel):
