@@ -50,6 +50,7 @@ def period(scope, at, msgs, quota, debt_in):
         debt_out_msgs=max(0, debt_in + msgs - quota), debt_in_bytes=0, over_bytes=0, debt_out_bytes=0,
         starved=allowed == 0, over_batch_msgs=0, over_redelivery_msgs=0, over_redelivery_bytes=0,
         over_approx_bytes=0, source="dispatch", limiter_model="classic", starved_empty_periods=0,
+        counted_bytes=msgs * 100, charge_rule="charged", filtered_entries_charged=False,
     )
 
 
@@ -75,6 +76,7 @@ def daily(scope, periods):
         closing_debt_msgs=0, closing_debt_bytes=0, share_other_msgs=1.0 if periods else None,
         main_cause="other" if any(p["over_msgs"] for p in periods) else None,
         limiter_model="classic", periods_exhausted=sum(p["msgs"] >= p["allowed_msgs"] for p in periods),
+        periods_not_charged=0,
     )
 
 
