@@ -11,7 +11,20 @@ from datetime import date, timedelta
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
+from .settings import Settings
+from .tables import read_table
+
 _VERSION = r"^(\d+)\.(\d+)"
+# Days of bronze_metrics searched back for the broker's pulsar_version_info.
+VERSION_LOOKBACK_DAYS = 7
+
+
+def version_metrics(day: date, settings: Settings | None = None) -> DataFrame:
+    """The bronze_metrics days searched for a broker's version: ``day`` and the
+    ``VERSION_LOOKBACK_DAYS`` before it."""
+    return read_table("bronze_metrics", settings=settings).where(
+        (F.col("day") <= F.lit(day)) & (F.col("day") >= F.lit(day - timedelta(days=VERSION_LOOKBACK_DAYS)))
+    )
 
 
 def broker_versions(metrics: DataFrame, day: date) -> DataFrame:
@@ -40,3 +53,15 @@ def version_at_least(since: tuple[int, int]) -> Column:
     """On ``broker_versions`` rows: the broker runs ``since`` (major, minor) or later."""
     major, minor = F.col("version_major"), F.col("version_minor")
     return (major > since[0]) | ((major == since[0]) & (minor >= since[1]))
+
+
+def version_choice(metrics: DataFrame, day: date, since: tuple[int, int], newer: str, older: str) -> DataFrame:
+    """(v_cluster, v_broker, v_source, v_choice) for the brokers whose version ``metrics`` tell:
+    ``newer`` where the broker runs ``since`` or later, else ``older``; ``v_source`` says
+    "version x.y.z"."""
+    return broker_versions(metrics, day).select(
+        F.col("cluster").alias("v_cluster"),
+        F.col("broker").alias("v_broker"),
+        F.concat(F.lit("version "), F.col("version")).alias("v_source"),
+        F.when(version_at_least(since), F.lit(newer)).otherwise(F.lit(older)).alias("v_choice"),
+    )

@@ -52,7 +52,7 @@ from datetime import date, timedelta
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from .brokers import broker_versions, version_at_least
+from .brokers import version_choice, version_metrics
 from .settings import Settings
 from .stage import StageResult
 from .tables import merge_table, read_table, write_table
@@ -233,12 +233,7 @@ def limiter_models(
         return brokers.select(
             "cluster", "broker", F.lit(override).alias("limiter_model"), F.lit("settings").alias("limiter_model_source")
         )
-    versions = broker_versions(metrics, day).select(
-        F.col("cluster").alias("v_cluster"),
-        F.col("broker").alias("v_broker"),
-        F.concat(F.lit("version "), F.col("version")).alias("v_source"),
-        F.when(version_at_least(TOKEN_BUCKET_SINCE), F.lit(TOKEN_BUCKET)).otherwise(F.lit(CLASSIC)).alias("v_model"),
-    )
+    versions = version_choice(metrics, day, TOKEN_BUCKET_SINCE, TOKEN_BUCKET, CLASSIC)
     factory = F.col(FACTORY_KEY)
     # Pulsar's factories: DispatchRateLimiterFactoryClassic / ...AsyncTokenBucket.
     config = (
@@ -251,9 +246,9 @@ def limiter_models(
     return resolved.select(
         "cluster",
         "broker",
-        F.coalesce(config, F.col("v_model"), F.lit(CLASSIC)).alias("limiter_model"),
+        F.coalesce(config, F.col("v_choice"), F.lit(CLASSIC)).alias("limiter_model"),
         F.when(config.isNotNull(), F.lit(f"broker-config {FACTORY_KEY}"))
-        .when(F.col("v_model").isNotNull(), F.col("v_source"))
+        .when(F.col("v_choice").isNotNull(), F.col("v_source"))
         .otherwise(F.lit("default"))
         .alias("limiter_model_source"),
     )
@@ -1155,8 +1150,6 @@ def _build_one(day: date, settings: Settings, result: StageResult, summary: bool
     return changed
 
 
-# Days of bronze_metrics searched back for the broker's pulsar_version_info.
-VERSION_LOOKBACK_DAYS = 7
 
 
 def _day_models(day: date, settings: Settings, intervals: DataFrame, opening: DataFrame) -> DataFrame:
@@ -1164,9 +1157,7 @@ def _day_models(day: date, settings: Settings, intervals: DataFrame, opening: Da
     on ``day``."""
     brokers = intervals.select("cluster", "broker").unionByName(opening.select("cluster", "broker")).distinct()
     policies = read_table("bronze_policies", settings=settings).where(F.col("day") <= F.lit(day))
-    metrics = read_table("bronze_metrics", settings=settings).where(
-        (F.col("day") <= F.lit(day)) & (F.col("day") >= F.lit(day - timedelta(days=VERSION_LOOKBACK_DAYS)))
-    )
+    metrics = version_metrics(day, settings)
     cfg = settings.dispatch
     defaults = {
         NON_BACKLOG_KEY: cfg.dispatch_throttling_on_non_backlog_consumer_enabled,

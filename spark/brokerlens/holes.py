@@ -31,7 +31,7 @@ from datetime import date, datetime, time, timedelta, timezone
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from .brokers import broker_versions, version_at_least
+from .brokers import version_choice, version_metrics
 from .settings import AlertOverride, AlertSettings, Settings
 from .stage import StageResult
 from .tables import read_table, write_table
@@ -161,20 +161,10 @@ def with_persistence(snapshots: DataFrame, day: date, alerts: AlertSettings) -> 
     ``persist_mode``/``persist_mode_source`` (settings ``alerts.persist_mode`` > broker config
     ``managedLedgerPersistIndividualAckAsLongArray`` > the broker's version, >= 4.1 long-array >
     ranges), chosen like the dispatch limiter model."""
-    from .dispatch import VERSION_LOOKBACK_DAYS
-
     config = broker_config_at(snapshots, day, [CAP_KEY, METADATA_STORE_CAP_KEY, LONG_ARRAY_KEY])
     positive = lambda key: F.when(F.col(key).try_cast("bigint") > 0, F.col(key).try_cast("bigint"))  # noqa: E731
     flag = F.lower(F.trim(F.col(LONG_ARRAY_KEY)))
-    metrics = read_table("bronze_metrics").filter(
-        (F.col("day") <= F.lit(day)) & (F.col("day") >= F.lit(day - timedelta(days=VERSION_LOOKBACK_DAYS)))
-    )
-    versions = broker_versions(metrics, day).select(
-        F.col("cluster").alias("v_cluster"),
-        F.col("broker").alias("v_broker"),
-        F.concat(F.lit("version "), F.col("version")).alias("v_source"),
-        F.when(version_at_least(LONG_ARRAY_SINCE), F.lit(LONG_ARRAY)).otherwise(F.lit(RANGES)).alias("v_mode"),
-    )
+    versions = version_choice(version_metrics(day), day, LONG_ARRAY_SINCE, LONG_ARRAY, RANGES)
     df = (
         snapshots.join(config, SNAPSHOT_KEY, "left")
         .join(
@@ -193,10 +183,10 @@ def with_persistence(snapshots: DataFrame, day: date, alerts: AlertSettings) -> 
     if alerts.persist_mode != "auto":
         mode, mode_source = F.lit(alerts.persist_mode), F.lit("settings")
     else:
-        mode = F.coalesce("c_mode", "v_mode", F.lit(RANGES))
+        mode = F.coalesce("c_mode", "v_choice", F.lit(RANGES))
         mode_source = (
             F.when(F.col("c_mode").isNotNull(), F.lit(f"broker-config {LONG_ARRAY_KEY}"))
-            .when(F.col("v_mode").isNotNull(), F.col("v_source"))
+            .when(F.col("v_choice").isNotNull(), F.col("v_source"))
             .otherwise(F.lit("default"))
         )
     return (
@@ -212,7 +202,7 @@ def with_persistence(snapshots: DataFrame, day: date, alerts: AlertSettings) -> 
         .withColumn("persist_mode", mode)
         .withColumn("persist_mode_source", mode_source)
         .drop(CAP_KEY, METADATA_STORE_CAP_KEY, LONG_ARRAY_KEY, "policy_cap", "c_mode",
-              "v_cluster", "v_broker", "v_source", "v_mode")
+              "v_cluster", "v_broker", "v_source", "v_choice")
     )
 
 
