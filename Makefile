@@ -30,9 +30,9 @@ stack-down:
 
 ## make bench [BENCH_ARGS=...]: dispatch stages at 3 sizes (0.7M, 2.7M, 10.8M records) against a
 ## plain Spark pass and DuckDB, 3 consecutive days, landing; results in $(BROKERLENS_HOME)/bench/results.json
-## (python -m brokerlens.bench --help; BENCH_ARGS="--latest infra/bench/latest.json" refreshes the committed figures)
+## (python -m brokerlens_bench --help; BENCH_ARGS="--latest infra/bench/latest.json" refreshes the committed figures)
 bench: bootstrap
-	$(VENV)/python -m brokerlens.bench $(BENCH_ARGS)
+	$(VENV)/python -m brokerlens_bench $(BENCH_ARGS)
 
 ## make lock: recompile requirements/lock.txt from requirements/requirements.in
 lock: bootstrap

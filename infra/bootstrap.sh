@@ -34,7 +34,7 @@ fi
 # The Delta Lake JARs matching the pinned delta-spark, fetched once into ~/.cache/brokerlens/jars
 # by Spark's own Ivy (brokerlens/jars.py); a no-op when they are there.
 fetch_jars() {
-  .venv/bin/python -m brokerlens.jars >/dev/null || exit 1
+  .venv/bin/python -m brokerlens.platform.jars >/dev/null || exit 1
 }
 
 stamp=".venv/.installed-$(cat requirements/lock.txt pyproject.toml | sha256sum | cut -c1-16)"

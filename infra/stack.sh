@@ -129,7 +129,7 @@ follow_steps() {  # follow_steps STEPS_BEFORE: read `airflow dags test` output, 
       *"new_state="*) state="${line#*new_state=}"; state="${state%% *}" ;;
       *"[DAG TEST] end task task_id="*)
         echo "step $k of $n: $task ${state:-finished} in $((SECONDS - started)) s" ;;
-      *"INFO brokerlens.progress: "*) line="${line#*INFO brokerlens.progress: }"; echo "    ${line%% \[airflow.*}" ;;
+      *"INFO brokerlens.platform.progress: "*) line="${line#*INFO brokerlens.platform.progress: }"; echo "    ${line%% \[airflow.*}" ;;
       *"] error: "*) line="${line#*] error: }"; echo "    error: ${line%% \[airflow.*}" ;;
     esac
   done

@@ -16,8 +16,8 @@ os.environ.pop("BROKERLENS_CONFIG", None)
 
 @pytest.fixture(scope="session")
 def spark():
-    from brokerlens.settings import Settings
-    from brokerlens.spark import get_spark
+    from brokerlens.platform.settings import Settings
+    from brokerlens.platform.spark import get_spark
 
     session = get_spark(Settings(spark={"shuffle_partitions": 4, "driver_memory": "3g"}))
     yield session
@@ -27,7 +27,7 @@ def spark():
 @pytest.fixture(autouse=True)
 def brokerlens_home(tmp_path, monkeypatch):
     """Every test gets its own landing, lake, reports and outbox under tmp_path."""
-    from brokerlens.settings import reload_settings
+    from brokerlens.platform.settings import reload_settings
 
     home = tmp_path / "var"
     monkeypatch.setenv("BROKERLENS_HOME", str(home))
@@ -39,7 +39,7 @@ def brokerlens_home(tmp_path, monkeypatch):
 
 @pytest.fixture
 def settings(brokerlens_home):
-    from brokerlens.settings import get_settings
+    from brokerlens.platform.settings import get_settings
 
     return get_settings()
 

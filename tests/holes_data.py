@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import date, datetime, timezone
 
-from brokerlens.tables import table_schema, write_table
+from brokerlens.platform.tables import table_schema, write_table
 
 TOPIC = "persistent://t/ns/orders-partition-0"
 

@@ -10,9 +10,9 @@ import os
 import re
 import socket
 import subprocess
-from urllib.parse import quote, quote_plus
 from datetime import date, timedelta
 from email import policy
+from urllib.parse import quote, quote_plus
 
 import pytest
 from aiosmtpd.controller import Controller
@@ -20,10 +20,10 @@ from holes_data import at, snap, write_snapshots
 from typer.testing import CliRunner
 
 from brokerlens import cli
-from brokerlens.holes import HINTS, build_holes
-from brokerlens.mail import smtp_target
-from brokerlens.settings import Settings, get_settings, reload_settings
-from brokerlens.tables import read_table
+from brokerlens.deliver.mail import smtp_target
+from brokerlens.gold.holes import HINTS, build_holes
+from brokerlens.platform.settings import Settings, get_settings, reload_settings
+from brokerlens.platform.tables import read_table
 
 D1 = date(2026, 11, 21)
 D2 = D1 + timedelta(days=1)
@@ -117,8 +117,8 @@ def build_two_days(spark) -> None:
 def write_limiters(spark, day: date) -> None:
     """dispatch_daily rows of ``day``: two brokers of c1 with their limiter model and its source
     (two scopes on b41: one line per broker), one broker of c2."""
-    from brokerlens.schemas import table_schema
-    from brokerlens.tables import write_table
+    from brokerlens.platform.schemas import table_schema
+    from brokerlens.platform.tables import write_table
 
     schema = table_schema("dispatch_daily")
     scopes = [("c1", "b31:8080", "classic", "version 3.1.2", None),
@@ -250,8 +250,8 @@ def test_smtp_target_reads_airflow_connection_forms():
 
 
 def test_groups_by_namespace_glob_with_default_and_dedup():
-    from brokerlens.alerting import plan
-    from brokerlens.settings import AlertSettings
+    from brokerlens.deliver.alerting import plan
+    from brokerlens.platform.settings import AlertSettings
 
     cfg = AlertSettings(
         groups=[{"name": "payments", "namespaces": ["payments/*"], "to": ["p@x"]},

@@ -13,8 +13,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from brokerlens import bench
-from brokerlens.schemas import table_schema
+import brokerlens_bench as bench
+from brokerlens.platform.schemas import table_schema
 
 DAY = date(2026, 11, 20)
 PERIODS = 900  # the first 15 minutes of the day: seconds, not minutes, per test

@@ -10,7 +10,7 @@ from datetime import date
 from typer.testing import CliRunner
 
 from brokerlens import cli
-from brokerlens.tables import table_schema, write_table
+from brokerlens.platform.tables import table_schema, write_table
 
 
 def seed_quarantine(spark):

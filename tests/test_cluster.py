@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pyspark
 import pytest
+from airflow_harness import REPO, free_port
 from deltalake import DeltaTable
 
-from airflow_harness import REPO, free_port
-from brokerlens.jars import delta_jars
-from brokerlens.schemas import table_schemas
+from brokerlens.platform.jars import delta_jars
+from brokerlens.platform.schemas import table_schemas
 
 pytestmark = pytest.mark.slow
 

@@ -17,8 +17,8 @@ from urllib.parse import unquote, urlsplit
 
 import pytest
 
-from brokerlens.collect import CollectError, collect
-from brokerlens.settings import Settings
+from brokerlens.platform.settings import Settings
+from brokerlens.sources.collect import CollectError, collect
 
 FIXTURES = Path(__file__).parent / "fixtures" / "admin_api"
 TOKEN = "eyJhbGciOiJIUzI1NiJ9.c2VjcmV0LXJvbGU.do-not-leak-3f9a"

@@ -17,9 +17,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from brokerlens.demo import big_dispatch_series, generate_day
-from brokerlens.settings import Settings
-from brokerlens.stage import StageFailed
+from brokerlens.platform.settings import Settings
+from brokerlens.platform.stage import StageFailed
+from brokerlens.sources.demo import big_dispatch_series, generate_day
 
 DAY = date(2026, 11, 21)
 MIDNIGHT = datetime(2026, 11, 21, tzinfo=timezone.utc)

@@ -7,8 +7,8 @@ import re
 from typer.testing import CliRunner
 
 from brokerlens import cli
-from brokerlens.reference import docs_path, tables_markdown
-from brokerlens.schemas import table_schemas
+from brokerlens.platform.reference import docs_path, tables_markdown
+from brokerlens.platform.schemas import table_schemas
 
 
 def test_tables_reference_is_up_to_date():

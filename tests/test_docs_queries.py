@@ -14,9 +14,9 @@ import pytest
 from pyspark.sql import Window
 from pyspark.sql import functions as F
 
+from brokerlens.deliver.query import run_sql
 from brokerlens.pipeline import DAILY_STEPS, run_stage
-from brokerlens.query import run_sql
-from brokerlens.tables import read_table
+from brokerlens.platform.tables import read_table
 
 QUERIES = Path(__file__).resolve().parents[1] / "docs" / "queries.md"
 

@@ -9,9 +9,9 @@ from datetime import date, datetime, timedelta
 import pytest
 from holes_data import TOPIC, at, entries_in, range_string, snap, write_snapshots
 
-from brokerlens.holes import ESTIMATED_BYTES_PER_RANGE, HINTS, build_holes
-from brokerlens.settings import AlertOverride, AlertSettings
-from brokerlens.tables import read_table, table_schema, write_table
+from brokerlens.gold.holes import ESTIMATED_BYTES_PER_RANGE, HINTS, build_holes
+from brokerlens.platform.settings import AlertOverride, AlertSettings
+from brokerlens.platform.tables import read_table, table_schema, write_table
 
 DAY = date(2026, 11, 21)
 

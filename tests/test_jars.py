@@ -11,7 +11,7 @@ import sys
 import pyspark
 import pytest
 
-from brokerlens import jars
+from brokerlens.platform import jars
 
 
 def test_coordinates_match_the_pinned_delta_spark_and_pyspark():
@@ -46,7 +46,7 @@ def test_unreachable_repository_is_one_clear_line(tmp_path):
     conf.mkdir()
     (conf / "spark-defaults.conf").write_text(f"spark.jars.ivySettings {settings}\n")
     env = {**os.environ, "BROKERLENS_JARS_DIR": str(tmp_path / "cache"), "SPARK_CONF_DIR": str(conf)}
-    proc = subprocess.run([sys.executable, "-m", "brokerlens.jars"], env=env, capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-m", "brokerlens.platform.jars"], env=env, capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 1
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]

@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 from datetime import date
 
-from brokerlens.land import dispatch, land_day, land_kind
-from brokerlens.tables import read_table
 from landing_helpers import FIXTURES, install_fixtures, rows
+
+from brokerlens.land import dispatch, land_day, land_kind
+from brokerlens.platform.tables import read_table
 
 DAY = date(2026, 11, 21)
 BRONZE = ["bronze_topic_stats", "bronze_internal_stats", "bronze_dispatch", "bronze_producer_stats", "bronze_policies", "bronze_metrics"]
@@ -184,7 +185,7 @@ def test_every_table_is_read_or_says_why_it_is_kept():
     import re
     from pathlib import Path
 
-    from brokerlens.schemas import table_schemas
+    from brokerlens.platform.schemas import table_schemas
 
     package = Path(__file__).resolve().parents[1] / "spark" / "brokerlens"
     source = "\n".join(p.read_text() for p in package.rglob("*.py"))

@@ -10,12 +10,12 @@ from datetime import date, datetime, timezone
 from pathlib import Path
 
 import pytest
+from landing_helpers import rows
 from pyspark.sql import functions as F
 
-from brokerlens.holes import parse_ranges, range_stats
+from brokerlens.gold.holes import parse_ranges, range_stats
 from brokerlens.land import land_day
-from brokerlens.tables import read_table
-from landing_helpers import rows
+from brokerlens.platform.tables import read_table
 
 REAL = Path(__file__).parent / "fixtures" / "real"
 DAY = date(2020, 3, 9)  # the day the Pulsar 2.5.0 /metrics dumps were taken

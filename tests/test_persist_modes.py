@@ -9,9 +9,9 @@ from datetime import date, datetime
 
 from holes_data import at, range_string, snap, write_snapshots
 
-from brokerlens.holes import ENTRY_LIMIT_BYTES, build_holes, cursor_ranges_frame
-from brokerlens.settings import AlertSettings
-from brokerlens.tables import read_table, table_schema, write_table
+from brokerlens.gold.holes import ENTRY_LIMIT_BYTES, build_holes, cursor_ranges_frame
+from brokerlens.platform.settings import AlertSettings
+from brokerlens.platform.tables import read_table, table_schema, write_table
 
 DAY = date(2026, 11, 21)
 MIB = 1024 * 1024

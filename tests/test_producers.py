@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from datetime import date, datetime, timedelta
 
-from brokerlens import producers
-from brokerlens.schemas import table_schema
-from brokerlens.settings import PublishRateLimit
+from brokerlens.gold import producers
+from brokerlens.platform.schemas import table_schema
+from brokerlens.platform.settings import PublishRateLimit
 
 DAY = date(2026, 11, 21)
 T0 = datetime(2026, 11, 21, 10, 0, 0)
@@ -188,7 +188,7 @@ def topic_stats_row(minute, partition, publishers):
 
 
 def test_build_producers_writes_the_tables(spark, settings):
-    from brokerlens.tables import read_table, write_table
+    from brokerlens.platform.tables import read_table, write_table
 
     settings.producers.publish_rate_limits = [
         PublishRateLimit(scope="shop/orders", msgs="100,10s"),
@@ -255,7 +255,7 @@ DEMO_ISSUES = {
 
 def test_demo_producers(spark):
     """The demo cluster's producers: every deliberately bad one is found, no good one is."""
-    from brokerlens.demo.cluster import build_cluster
+    from brokerlens.sources.demo.cluster import build_cluster
 
     cluster = build_cluster(1.0, 1)
     rows = []

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import logging
 
-from brokerlens.progress import progress, track
+from brokerlens.platform.progress import progress, track
 
 
 def test_log_mode_logs_start_throttled_updates_and_end(caplog):
-    caplog.set_level(logging.INFO, logger="brokerlens.progress")
+    caplog.set_level(logging.INFO, logger="brokerlens.platform.progress")
     with progress("land 2026-11-21", total=4, unit="files", mode="log", interval=3600) as step:
         for name in ("a", "b", "c", "d"):
             step.note(name)
@@ -20,7 +20,7 @@ def test_log_mode_logs_start_throttled_updates_and_end(caplog):
 
 
 def test_log_mode_reports_while_running_once_per_interval(caplog):
-    caplog.set_level(logging.INFO, logger="brokerlens.progress")
+    caplog.set_level(logging.INFO, logger="brokerlens.platform.progress")
     assert list(track(range(3), "build", unit="steps", mode="log", interval=0)) == [0, 1, 2]
     lines = [r.getMessage() for r in caplog.records]
     assert lines[1].startswith("build: 1/3 steps, 33%") and lines[3].startswith("build: 3/3 steps, 100%")
@@ -46,7 +46,7 @@ def test_off_mode_is_silent(caplog, capsys):
 
 
 def test_a_step_left_by_an_exception_is_logged_as_stopped_not_done(caplog):
-    caplog.set_level(logging.INFO, logger="brokerlens.progress")
+    caplog.set_level(logging.INFO, logger="brokerlens.platform.progress")
     try:
         for i in track(range(5), "land 2026-11-21", unit="kinds", mode="log", interval=3600):
             if i == 2:

@@ -20,7 +20,7 @@ from datetime import date, datetime, timezone
 import pytest
 import requests
 
-from brokerlens.collect import collect
+from brokerlens.sources.collect import collect
 
 DAY = date(2026, 11, 21)
 START = int(datetime(2026, 11, 21, tzinfo=timezone.utc).timestamp())
@@ -133,7 +133,7 @@ def test_collect_a_day_from_prometheus(prometheus, settings):
 
 
 def test_collect_prometheus_needs_a_day(settings):
-    from brokerlens.collect import CollectError
+    from brokerlens.sources.collect import CollectError
 
     with pytest.raises(CollectError, match="needs --date"):
         collect(None, settings, prometheus_url="http://127.0.0.1:9")

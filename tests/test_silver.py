@@ -7,10 +7,11 @@ from __future__ import annotations
 import json
 from datetime import date, datetime
 
-from brokerlens.land import land_day
-from brokerlens.silver import build_silver
-from brokerlens.tables import read_table
 from landing_helpers import FIXTURES, install_fixtures, rows
+
+from brokerlens.land import land_day
+from brokerlens.platform.tables import read_table
+from brokerlens.silver.build import build_silver
 
 DAY = date(2026, 11, 21)
 SILVER = ["dispatch_intervals", "cursor_snapshots", "producer_snapshots", "rate_limits"]

@@ -13,8 +13,8 @@ from datetime import date, datetime
 from typer.testing import CliRunner
 
 from brokerlens import cli
-from brokerlens.repl import split_statements
-from brokerlens.tables import table_schema, write_table
+from brokerlens.deliver.repl import split_statements
+from brokerlens.platform.tables import table_schema, write_table
 
 REASONS = ["duplicate", "duplicate", "negative-counter"]
 

@@ -21,9 +21,9 @@ from deltalake import write_deltalake
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from brokerlens import tables
-from brokerlens.query import run_sql
-from brokerlens.tables import TableError, merge_table, read_table, table_version, write_table
+from brokerlens.deliver.query import run_sql
+from brokerlens.platform import tables
+from brokerlens.platform.tables import TableError, merge_table, read_table, table_version, write_table
 
 D1, D2 = date(2026, 11, 21), date(2026, 11, 22)
 AT = datetime(2026, 11, 21, 10, 0, tzinfo=timezone.utc)
@@ -218,7 +218,7 @@ def test_conflicting_commit_is_retried_and_the_last_writer_wins(spark, settings,
         except Exception as exc:  # surfaced below
             errors.append(exc)
 
-    caplog.set_level(logging.INFO, logger="brokerlens.tables")
+    caplog.set_level(logging.INFO, logger="brokerlens.platform.tables")
     thread = threading.Thread(target=write_slow)
     thread.start()
     time.sleep(0.5)
@@ -253,8 +253,8 @@ WRITER = textwrap.dedent(
     """
     import datetime, sys
     from pyspark.sql import functions as F
-    from brokerlens import tables
-    from brokerlens.spark import get_spark
+    from brokerlens.platform import tables
+    from brokerlens.platform.spark import get_spark
     day, rows, reason, repeat, sleep_ms = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
     day = datetime.date.fromisoformat(day)
     spark = get_spark()

@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 from aiosmtpd.controller import Controller
-
-from brokerlens.demo import generate_day
-from brokerlens.schemas import table_schemas
 from test_alerting import free_port
+
+from brokerlens.platform.schemas import table_schemas
+from brokerlens.sources.demo import generate_day
 
 pytestmark = pytest.mark.slow
 

@@ -5,9 +5,11 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 import pytest
-from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 
-from brokerlens.token_bucket import conformance, parse_limit
+from brokerlens.gold.token_bucket import conformance, parse_limit
 
 T0 = datetime(2026, 11, 21, 10, 0, 0)
 

@@ -6,13 +6,13 @@ from __future__ import annotations
 import json
 from datetime import date
 
+from landing_helpers import install_fixtures
 from typer.testing import CliRunner
 
 from brokerlens.cli import app
 from brokerlens.land import dispatch, land_kind
-from brokerlens.tables import read_table, write_table
-from brokerlens.validate import load_suites
-from landing_helpers import install_fixtures
+from brokerlens.platform.tables import read_table, write_table
+from brokerlens.quality.validate import load_suites
 
 DAY = date(2026, 11, 21)
 
@@ -55,7 +55,7 @@ def test_validate_passes_then_fails_on_a_critical_expectation(spark, settings, t
 
 
 def test_every_bronze_and_silver_table_has_a_suite_that_expects_rows():
-    from brokerlens.schemas import table_schemas
+    from brokerlens.platform.schemas import table_schemas
 
     wanted = {n for n, s in table_schemas().items() if n.startswith("bronze_") or s.layer == "silver"}
     suites = load_suites()
@@ -67,7 +67,8 @@ def test_every_bronze_and_silver_table_has_a_suite_that_expects_rows():
 
 def test_bronze_layer_row_counts_warn_on_an_empty_day_and_fail_when_files_landed(spark, settings):
     import shutil
-    from brokerlens.schemas import table_schemas
+
+    from brokerlens.platform.schemas import table_schemas
 
     install_fixtures(settings, "2026-11-21")
     shutil.rmtree(settings.landing / "2026-11-21" / "metrics")  # nothing landed for bronze_metrics
@@ -85,7 +86,7 @@ def test_bronze_layer_row_counts_warn_on_an_empty_day_and_fail_when_files_landed
                         ("bronze_producer_stats", "producer-stats"), ("bronze_topic_stats", "topic-stats")]:
         assert f"{table} has no rows for 2026-11-21 although {kind} files landed for it" in out.output
     assert "4 critical expectation(s) failed" in out.output
-    assert "WARNING brokerlens.validate: warning: bronze_metrics has no rows for 2026-11-21 (nothing landed for it)" in out.stderr
+    assert "WARNING brokerlens.quality.validate: warning: bronze_metrics has no rows for 2026-11-21 (nothing landed for it)" in out.stderr
 
     # Only the bronze suites ran, and each result row has the table's row count for the day.
     results = read_table("validation_results").collect()

@@ -28,12 +28,12 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk import Asset
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from .schemas import table_schemas
+from brokerlens.platform.schemas import table_schemas
 
 log = logging.getLogger(__name__)
 
 SUBMIT_APP = Path(__file__).with_name("submit.py")
-LOG4J = Path(__file__).with_name("log4j2.properties")
+LOG4J = Path(__file__).parent / "platform" / "log4j2.properties"
 # brokerlens/submit.py exit code for StageFailed: the data will not change on a retry.
 STAGE_FAILED_EXIT = 1
 
@@ -107,7 +107,7 @@ def with_delta_jars(conf: dict[str, str]) -> dict[str, str]:
     whose spark-defaults.conf has them)."""
     if "io.delta:" in conf.get("spark.jars.packages", ""):
         return conf
-    from .jars import delta_jars
+    from brokerlens.platform.jars import delta_jars
 
     jars = [j for j in conf.get("spark.jars", "").split(",") if j] + [str(p) for p in delta_jars()]
     return {**conf, "spark.jars": ",".join(jars)}
@@ -167,7 +167,7 @@ class StageSubmitOperator(SparkSubmitOperator):
 
     def _connection_env(self) -> dict[str, str]:
         """The stage's connections (e.g. SMTP for ``alert``) for the spark-submit process, as
-        ``AIRFLOW_CONN_*`` variables of that process only (brokerlens.mail reads them there).
+        ``AIRFLOW_CONN_*`` variables of that process only (brokerlens.deliver.mail reads them there).
         Only for a driver on this machine: on YARN or Kubernetes, or in cluster deploy mode,
         variables travel on the command line, so there the stage uses its own settings."""
         spark = SparkSubmitHook(conn_id=self._conn_id)._connection
@@ -202,7 +202,7 @@ def failure_recipients() -> list[str]:
     explicit = os.environ.get("BROKERLENS_FAILURE_EMAIL")
     if explicit:
         return [a.strip() for a in explicit.split(",") if a.strip()]
-    from .settings import get_settings
+    from brokerlens.platform.settings import get_settings
 
     return list(get_settings().alerts.default_group.to)
 
@@ -246,9 +246,9 @@ def connection_environ(conn_ids: Iterable[str]) -> dict[str, str]:
 
 def notify_failure(context: dict[str, Any]) -> None:
     """Mail which step failed, for which day, why, and what did not run, through the SMTP
-    connection (brokerlens.mail: the same lookup and transport as the alert mails)."""
-    from . import mail
-    from .settings import get_settings
+    connection (brokerlens.deliver.mail: the same lookup and transport as the alert mails)."""
+    from brokerlens.deliver import mail
+    from brokerlens.platform.settings import get_settings
 
     settings = get_settings()
     target = mail.smtp_target(settings, {**os.environ, **connection_environ([settings.smtp.smtp_conn_id])})
@@ -260,7 +260,7 @@ def notify_failure(context: dict[str, Any]) -> None:
 
 
 def smtp_conn_id() -> str:
-    from .settings import get_settings
+    from brokerlens.platform.settings import get_settings
 
     return get_settings().smtp.smtp_conn_id
 
@@ -275,7 +275,7 @@ def collect_schedule() -> str | None:
 
 def collect_snapshot() -> None:
     """One ``brokerlens collect`` (HTTP only, no Spark), its summary in the task log."""
-    from .pipeline import run_stage
+    from brokerlens.pipeline import run_stage
 
     log.info("%s", run_stage("collect", None).render())
 
@@ -289,7 +289,7 @@ def prometheus_url() -> str | None:
 def collect_prometheus_day(ds: str) -> None:
     """``brokerlens collect --prometheus-url URL --date ds`` (HTTP only, no Spark); the step is
     ``BROKERLENS_PROMETHEUS_STEP_SECONDS`` (default 60, the scrape interval)."""
-    from .pipeline import run_stage
+    from brokerlens.pipeline import run_stage
 
     step = env_int("BROKERLENS_PROMETHEUS_STEP_SECONDS", 60)
     day = datetime.strptime(ds, "%Y-%m-%d").date()

@@ -5,17 +5,17 @@ from __future__ import annotations
 
 from datetime import date
 
-from .pipeline import resolve
-from .progress import progress
-from .settings import Settings
-from .stage import StageResult
+from brokerlens.pipeline import resolve
+from brokerlens.platform.progress import progress
+from brokerlens.platform.settings import Settings
+from brokerlens.platform.stage import StageResult
 
 # Order matters: gold steps read the silver tables of the day. (layer, step, target)
 BUILD_STEPS: tuple[tuple[str, str, str], ...] = (
-    ("silver", "silver", "brokerlens.silver:build_silver"),
-    ("gold", "dispatch", "brokerlens.dispatch:build_dispatch"),
-    ("gold", "holes", "brokerlens.holes:build_holes"),
-    ("gold", "producers", "brokerlens.producers:build_producers"),
+    ("silver", "silver", "brokerlens.silver.build:build_silver"),
+    ("gold", "dispatch", "brokerlens.gold.dispatch:build_dispatch"),
+    ("gold", "holes", "brokerlens.gold.holes:build_holes"),
+    ("gold", "producers", "brokerlens.gold.producers:build_producers"),
 )
 LAYERS = ("silver", "gold")
 

@@ -14,7 +14,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from . import logs
+from brokerlens.platform import logs
 
 app = typer.Typer(
     help="brokerlens: batch analytics over Apache Pulsar broker telemetry.",
@@ -75,8 +75,8 @@ def _day(value: datetime) -> date:
 
 
 def _run_stage(name: str, day: date, **kwargs) -> None:
-    from .pipeline import run_stage
-    from .stage import StageFailed
+    from brokerlens.pipeline import run_stage
+    from brokerlens.platform.stage import StageFailed
 
     try:
         result = run_stage(name, day, **kwargs)
@@ -103,8 +103,8 @@ def collect(
     step: Annotated[int, typer.Option(help="With --prometheus-url: query step in seconds, the scrape interval.")] = 60,
 ) -> None:
     """Snapshot a live cluster's admin REST API into landing, or pull a day from Prometheus."""
-    from .pipeline import run_stage
-    from .stage import StageFailed
+    from brokerlens.pipeline import run_stage
+    from brokerlens.platform.stage import StageFailed
 
     try:
         if prometheus_url:
@@ -159,7 +159,7 @@ def report(day: DayOption) -> None:
 def run(day: DayOption) -> None:
     """land → validate bronze → build silver → validate silver → build gold → alert → report for
     DAY (what the daily DAG does)."""
-    from .pipeline import DAILY_STEPS
+    from brokerlens.pipeline import DAILY_STEPS
 
     for name, layer in DAILY_STEPS:
         _run_stage(name, _day(day), **({"layer": layer} if layer else {}))
@@ -171,10 +171,10 @@ def sql(
     fmt: Annotated[Format, typer.Option("--format", "-f", help="Output format.")] = Format.table,
 ) -> None:
     """Ad-hoc Spark SQL over every table by name (stdout holds only the result)."""
-    from .query import QueryError, format_rows, run_sql
+    from brokerlens.deliver.query import QueryError, format_rows, run_sql
 
     if query is None:
-        from .repl import repl
+        from brokerlens.deliver.repl import repl
 
         raise typer.Exit(repl(fmt.value))
     try:
@@ -190,8 +190,8 @@ def tables(
     names: Annotated[Optional[list[str]], typer.Argument(help="Only these tables (default: all).")] = None,
 ) -> None:
     """List the tables with their columns and latest version."""
-    from .schemas import table_schema
-    from .tables import describe_tables
+    from brokerlens.platform.schemas import table_schema
+    from brokerlens.platform.tables import describe_tables
 
     for name in names or []:
         table_schema(name)  # an unknown name fails with the list of known tables
@@ -209,7 +209,7 @@ def docs(
     check: Annotated[bool, typer.Option("--check", help="Only check that docs/tables.md is up to date (exit 1 if not).")] = False,
 ) -> None:
     """Regenerate docs/tables.md, the reference of every table and column, from schemas/."""
-    from .reference import docs_path, tables_markdown, write_docs
+    from brokerlens.platform.reference import docs_path, tables_markdown, write_docs
 
     if check:
         path = docs_path()
@@ -227,8 +227,8 @@ def vacuum_cmd(
 ) -> None:
     """Delta's VACUUM on every table: delete files no version within the table's retention
     (delta.deletedFileRetentionDuration, 7 days) references, and orphans of killed writes."""
-    from .schemas import table_schemas
-    from .tables import vacuum
+    from brokerlens.platform.schemas import table_schemas
+    from brokerlens.platform.tables import vacuum
 
     for name in sorted(table_schemas()):
         removed = vacuum(name, dry_run=dry_run)
@@ -241,9 +241,9 @@ def _user_errors() -> tuple[tuple[type[Exception], ...], tuple[type[Exception], 
     an invalid setting, a missing or unwritable path)."""
     from pydantic import ValidationError
 
-    from .query import QueryError
-    from .schemas import SchemaError
-    from .tables import TableError
+    from brokerlens.deliver.query import QueryError
+    from brokerlens.platform.schemas import SchemaError
+    from brokerlens.platform.tables import TableError
 
     return (TableError, SchemaError, QueryError), (ValidationError, FileNotFoundError, NotADirectoryError, PermissionError)
 

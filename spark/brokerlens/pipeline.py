@@ -11,19 +11,19 @@ import time
 from datetime import date
 from typing import Callable
 
-from .settings import Settings, get_settings
-from .stage import StageResult
+from brokerlens.platform.settings import Settings, get_settings
+from brokerlens.platform.stage import StageResult
 
 log = logging.getLogger(__name__)
 
 STAGES: dict[str, str] = {
-    "demo-data": "brokerlens.demo:generate_day",
-    "collect": "brokerlens.collect:collect",
+    "demo-data": "brokerlens.sources.demo:generate_day",
+    "collect": "brokerlens.sources.collect:collect",
     "land": "brokerlens.land:land_day",
-    "validate": "brokerlens.validate:validate_day",
+    "validate": "brokerlens.quality.validate:validate_day",
     "build": "brokerlens.build:build_day",
-    "alert": "brokerlens.alerting:alert_day",
-    "report": "brokerlens.report:report_day",
+    "alert": "brokerlens.deliver.alerting:alert_day",
+    "report": "brokerlens.deliver.report:report_day",
 }
 # What `brokerlens run` and the daily DAG do, in order: (stage, layer). Each layer is validated
 # before the next one is built from it.

@@ -13,12 +13,13 @@ from datetime import date
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from ..progress import track
-from ..schemas import table_schema
-from ..settings import Settings
-from ..spark import get_spark
-from ..stage import StageResult
-from ..tables import write_table
+from brokerlens.platform.progress import track
+from brokerlens.platform.schemas import table_schema
+from brokerlens.platform.settings import Settings
+from brokerlens.platform.spark import get_spark
+from brokerlens.platform.stage import StageResult
+from brokerlens.platform.tables import write_table
+
 from . import dispatch, internal_stats, metrics, policies, producer_stats, topic_stats
 from .checks import UNREADABLE_FILE, mark_duplicates, quarantine_frame
 from .files import landing_files, read_lines, read_whole, split_readable

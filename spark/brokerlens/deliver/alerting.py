@@ -32,15 +32,16 @@ from pathlib import Path
 from jinja2 import Environment, PackageLoader, StrictUndefined
 from pyspark.sql import functions as F
 
-from .holes import KEY, SEVERITY_RANK
+from brokerlens.gold.holes import KEY, SEVERITY_RANK
+from brokerlens.platform.schemas import table_schema
+from brokerlens.platform.settings import AlertSettings, RecipientGroup, Settings, get_settings
+from brokerlens.platform.spark import get_spark
+from brokerlens.platform.stage import StageFailed, StageResult
+from brokerlens.platform.tables import merge_table, read_table, sql_equals
+from brokerlens.platform.times import utc
+
 from .mail import MailError, build_message, send, smtp_session, smtp_target
 from .report import report_url, subscription_anchor
-from .settings import AlertSettings, RecipientGroup, Settings, get_settings
-from .spark import get_spark
-from .stage import StageFailed, StageResult
-from .schemas import table_schema
-from .tables import merge_table, read_table, sql_equals
-from .times import utc
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +79,7 @@ def _forecast(alert: dict) -> str:
 
 def _environment() -> Environment:
     env = Environment(
-        loader=PackageLoader("brokerlens", "templates"),
+        loader=PackageLoader("brokerlens.deliver", "templates"),
         autoescape=lambda name: bool(name and name.endswith(".html.j2")),
         undefined=StrictUndefined,
         trim_blocks=True,

@@ -5,7 +5,7 @@ and subscription scopes), on the same Parquet input:
 
 * ``plain_pass``: read, repartition by scope, sort by period within partitions, write
   Parquet. The floor for any computation that needs each scope's periods in order.
-* ``dispatch_periods``: the gold computation (``brokerlens.dispatch.dispatch_periods``).
+* ``dispatch_periods``: the gold computation (``brokerlens.gold.dispatch.dispatch_periods``).
 * ``duckdb``: the same over-delivery and debt computation in DuckDB SQL (one row per record,
   empty periods drained through the integrated quota, running sum and running minimum:
   Lindley's recursion), same cores, output also to Parquet.
@@ -40,7 +40,7 @@ import psutil
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-log = logging.getLogger("brokerlens.bench")  # also when run as __main__
+log = logging.getLogger("brokerlens_bench")  # also when run as __main__
 
 PERIODS_PER_DAY = 86_400  # ratePeriodInSecond = 1 (Pulsar's default)
 SUBSCRIPTIONS_PER_PARTITION = 3
@@ -501,8 +501,9 @@ def duckdb_dispatch(inputs: dict, opening: str, out: Path, threads: int) -> int:
 
 def opening_debt_file(folder: Path, day: date) -> str:
     """An empty ``debt_state`` partition of the day before (zero opening debt), as Parquet."""
-    from .schemas import table_schema
     from pyspark.sql.pandas.types import to_arrow_schema
+
+    from brokerlens.platform.schemas import table_schema
 
     path = folder / "debt_state.parquet"
     schema = to_arrow_schema(table_schema("debt_state").struct)
@@ -512,7 +513,7 @@ def opening_debt_file(folder: Path, day: date) -> str:
 
 def dispatch_frame(spark, inputs: dict, opening: str):
     """``dispatch_periods`` over the generated day (not yet run)."""
-    from .dispatch import dispatch_periods
+    from brokerlens.gold.dispatch import dispatch_periods
 
     return dispatch_periods(
         spark.read.parquet(*inputs["intervals"]),
@@ -677,9 +678,9 @@ def bench_days(
 ) -> dict:
     """Build consecutive days through the real table layer: day N+1 reads day N's closing debt
     from ``debt_state``; its time must not grow with the days already in the lake."""
-    from .dispatch import build_dispatch
-    from .settings import Settings
-    from .tables import write_table
+    from brokerlens.gold.dispatch import build_dispatch
+    from brokerlens.platform.settings import Settings
+    from brokerlens.platform.tables import write_table
 
     spark = bench.spark
     home = work / "days-home"
@@ -699,7 +700,7 @@ def bench_days(
         shutil.rmtree(work / f"days-input-{n}", ignore_errors=True)
     return {
         "partitions": partitions,
-        "stage": "build_dispatch (dispatch_periods, debt_state, dispatch_daily through brokerlens.tables)",
+        "stage": "build_dispatch (dispatch_periods, debt_state, dispatch_daily through brokerlens.platform.tables)",
         "days": out,
         "last_over_first": round(out[-1]["seconds"] / out[0]["seconds"], 2),
     }
@@ -707,9 +708,9 @@ def bench_days(
 
 def bench_landing(bench: Bench, work: Path, scales: tuple[float, ...], day: date) -> list[dict]:
     """demo-data landing files, then ``land`` (landing → bronze), timed per demo scale."""
-    from .demo import generate_day as demo_day
-    from .land import land_day
-    from .settings import Settings
+    from brokerlens.land import land_day
+    from brokerlens.platform.settings import Settings
+    from brokerlens.sources.demo import generate_day as demo_day
 
     out = []
     for scale in scales:
@@ -741,9 +742,9 @@ def bench_landing(bench: Bench, work: Path, scales: tuple[float, ...], day: date
 def bench_demo_day(bench: Bench, work: Path, scale: float, day: date) -> dict:
     """The daily stages in order on one demo day, in this process (no spark-submit start-up):
     seconds per stage and per committed table (the table layer's write path)."""
-    from .demo import generate_day as demo_day
-    from .pipeline import DAILY_STAGES, run_stage
-    from .settings import Settings
+    from brokerlens.pipeline import DAILY_STAGES, run_stage
+    from brokerlens.platform.settings import Settings
+    from brokerlens.sources.demo import generate_day as demo_day
 
     home = work / "demo-day-home"
     shutil.rmtree(home, ignore_errors=True)
@@ -804,13 +805,13 @@ def run(
     work: Path | None = None,
     day: date = date(2026, 11, 20),
     periods: int = PERIODS_PER_DAY,
-    command: str = "brokerlens.bench.run",
+    command: str = "brokerlens_bench.run",
     variant_sizes: tuple[int, ...] = (),
     demo_day_scale: float | None = 1.0,
     spark=None,
 ) -> dict:
     """The whole benchmark; writes the results to ``out`` (JSON) and returns them."""
-    from .spark import get_spark
+    from brokerlens.platform.spark import get_spark
 
     spark = spark or get_spark()
     work = work or out.parent / "work"
@@ -903,9 +904,9 @@ def markdown(results: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from . import logs
+    from brokerlens.platform import logs
 
-    parser = argparse.ArgumentParser(prog="python -m brokerlens.bench", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m brokerlens_bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=None, help="results file (default $BROKERLENS_HOME/bench/results.json)")
     parser.add_argument("--sizes", default=",".join(map(str, DEFAULT_SIZES)),
                         help="topic partitions per size, comma-separated (scopes = 4 x partitions + brokers)")
@@ -919,7 +920,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--latest", type=Path, default=None, help="also copy the results here (e.g. infra/bench/latest.json)")
     args = parser.parse_args(argv)
     logs.configure(0)
-    from .settings import get_settings
+    from brokerlens.platform.settings import get_settings
 
     out = args.out or get_settings().home.resolve() / "bench" / "results.json"
     results = run(
@@ -929,7 +930,7 @@ def main(argv: list[str] | None = None) -> int:
         variant_sizes=tuple(int(s) for s in args.variant_sizes.split(",") if s),
         land_scales=tuple(float(s) for s in args.land_scales.split(",") if s),
         demo_day_scale=args.demo_day_scale or None,
-        command=" ".join(["python -m brokerlens.bench", *(argv if argv is not None else sys.argv[1:])]),
+        command=" ".join(["python -m brokerlens_bench", *(argv if argv is not None else sys.argv[1:])]),
     )
     if args.latest:
         args.latest.parent.mkdir(parents=True, exist_ok=True)

@@ -11,8 +11,8 @@ from datetime import date, timedelta
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from .settings import Settings
-from .tables import read_table
+from brokerlens.platform.settings import Settings
+from brokerlens.platform.tables import read_table
 
 _VERSION = r"^(\d+)\.(\d+)"
 # Days of bronze_metrics searched back for the broker's pulsar_version_info.

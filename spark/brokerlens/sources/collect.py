@@ -32,8 +32,8 @@ from urllib.parse import quote, urlsplit
 
 import requests
 
-from .settings import Settings
-from .stage import StageFailed, StageResult
+from brokerlens.platform.settings import Settings
+from brokerlens.platform.stage import StageFailed, StageResult
 
 log = logging.getLogger(__name__)
 

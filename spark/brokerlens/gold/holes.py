@@ -31,10 +31,11 @@ from datetime import date, datetime, time, timedelta, timezone
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
+from brokerlens.platform.settings import AlertOverride, AlertSettings, Settings
+from brokerlens.platform.stage import StageResult
+from brokerlens.platform.tables import read_table, write_table
+
 from .brokers import version_choice, version_metrics
-from .settings import AlertOverride, AlertSettings, Settings
-from .stage import StageResult
-from .tables import read_table, write_table
 
 log = logging.getLogger(__name__)
 
@@ -648,7 +649,7 @@ def with_state(today: DataFrame, previous: DataFrame, notified: DataFrame, day: 
 
 def hole_alerts_frame(ranges: DataFrame, previous_alerts: DataFrame, notified: DataFrame, day: date,
                       alerts: AlertSettings) -> DataFrame:
-    from .schemas import table_schema
+    from brokerlens.platform.schemas import table_schema
 
     frame = with_state(daily_alerts(ranges, alerts), previous_alerts, notified, day)
     return frame.select(*table_schema("hole_alerts").column_names)
@@ -658,7 +659,7 @@ def hole_alerts_frame(ranges: DataFrame, previous_alerts: DataFrame, notified: D
 
 
 def build_holes(day: date, settings: Settings) -> StageResult:
-    from .schemas import table_schema
+    from brokerlens.platform.schemas import table_schema
 
     result = StageResult("holes", day)
     alerts = settings.alerts

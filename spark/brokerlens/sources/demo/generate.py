@@ -14,8 +14,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..settings import Settings
-from ..stage import StageFailed, StageResult
+from brokerlens.platform.settings import Settings
+from brokerlens.platform.stage import StageFailed, StageResult
+
 from . import bad
 from .cluster import CLUSTER, Cluster, SubSpec, TopicSpec, build_cluster
 from .cursors import Cursor, layout_ledgers, ledger_list

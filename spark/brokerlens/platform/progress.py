@@ -5,7 +5,7 @@ When stderr is not a terminal (Airflow task logs, CI, pipes) it logs one line wh
 starts, at most one line every ``interval`` seconds while it runs, and one line when it ends,
 so a task log shows that a long step is moving without thousands of lines.
 
-    from brokerlens.progress import progress, track
+    from brokerlens.platform.progress import progress, track
 
     with progress("land 2026-11-21", total=len(files), unit="files") as step:
         for f in files:

@@ -2,7 +2,7 @@
 
 Under ``spark-submit`` the master, resources and the Delta JARs (``--jars``) come from the submit
 command (a cluster is a connection change); locally the settings supply them and the JARs come
-from ``brokerlens.jars``. Either way the session gets the same SQL settings and Delta Lake's
+from ``brokerlens.platform.jars``. Either way the session gets the same SQL settings and Delta Lake's
 extension and catalog, because the table layer relies on them.
 """
 
@@ -51,7 +51,7 @@ def get_spark(settings: Settings | None = None) -> SparkSession:
     if active is not None:
         return active
     settings = settings or get_settings()
-    log4j = files("brokerlens").joinpath("log4j2.properties")
+    log4j = files("brokerlens.platform").joinpath("log4j2.properties")
     # Spark generates one Java method per pipeline of operators; HotSpot leaves methods over
     # 8,000 bytecodes to the interpreter, which made dispatch_periods 2x slower.
     java_opts = f"-Dlog4j2.configurationFile=file:{log4j} -Duser.timezone=UTC -XX:-DontCompileHugeMethods"
@@ -87,6 +87,6 @@ def _check_delta(spark: SparkSession) -> None:
     if not isinstance(spark.sparkContext._jvm.io.delta.tables.DeltaTable, JavaClass):
         raise DeltaMissing(
             "Spark has no Delta Lake JARs on its classpath: pass them to spark-submit with "
-            "--jars $(python -m brokerlens.jars | paste -sd,) (or --packages "
+            "--jars $(python -m brokerlens.platform.jars | paste -sd,) (or --packages "
             "io.delta:delta-spark_<spark>_2.13:<version>, see README 'Tables and storage')"
         )

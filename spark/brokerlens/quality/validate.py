@@ -21,11 +21,11 @@ from pathlib import Path
 
 from pyspark.sql import functions as F
 
-from .schemas import table_schemas
-from .settings import Settings
-from .spark import get_spark
-from .stage import StageFailed, StageResult
-from .tables import read_table, write_table
+from brokerlens.platform.schemas import table_schemas
+from brokerlens.platform.settings import Settings
+from brokerlens.platform.spark import get_spark
+from brokerlens.platform.stage import StageFailed, StageResult
+from brokerlens.platform.tables import read_table, write_table
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +36,7 @@ LAYERS = ("bronze", "silver")
 
 def expectations_dir() -> Path:
     explicit = os.environ.get("BROKERLENS_EXPECTATIONS_DIR")
-    return Path(explicit) if explicit else Path(__file__).resolve().parents[2] / "expectations"
+    return Path(explicit) if explicit else Path(__file__).resolve().parents[3] / "expectations"
 
 
 def load_suites(folder: Path | None = None) -> dict[str, dict]:

@@ -52,10 +52,11 @@ from datetime import date, timedelta
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
+from brokerlens.platform.settings import Settings
+from brokerlens.platform.stage import StageResult
+from brokerlens.platform.tables import merge_table, read_table, write_table
+
 from .brokers import version_choice, version_metrics
-from .settings import Settings
-from .stage import StageResult
-from .tables import merge_table, read_table, write_table
 
 log = logging.getLogger(__name__)
 

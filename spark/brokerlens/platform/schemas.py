@@ -44,7 +44,7 @@ class SchemaError(ValueError):
 
 def schemas_dir() -> Path:
     explicit = os.environ.get("BROKERLENS_SCHEMAS_DIR")
-    return Path(explicit) if explicit else Path(__file__).resolve().parents[2] / "schemas"
+    return Path(explicit) if explicit else Path(__file__).resolve().parents[3] / "schemas"
 
 
 def parse_type(text: str) -> T.DataType:

@@ -20,10 +20,10 @@ from datetime import date, datetime, timedelta, timezone
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from .settings import Settings
-from .spark import get_spark
-from .stage import StageResult
-from .tables import read_table, write_table
+from brokerlens.platform.settings import Settings
+from brokerlens.platform.spark import get_spark
+from brokerlens.platform.stage import StageResult
+from brokerlens.platform.tables import read_table, write_table
 
 # Topic stats and internal stats are two admin calls: pair them if at most this far apart.
 STATS_PAIRING_SECONDS = 60

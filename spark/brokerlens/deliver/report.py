@@ -22,12 +22,12 @@ from datetime import date, datetime, timedelta, timezone
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from .progress import progress
-from .schemas import table_schemas
-from .settings import Settings
-from .spark import get_spark
-from .stage import StageResult
-from .tables import read_table, table_version
+from brokerlens.platform.progress import progress
+from brokerlens.platform.schemas import table_schemas
+from brokerlens.platform.settings import Settings
+from brokerlens.platform.spark import get_spark
+from brokerlens.platform.stage import StageResult
+from brokerlens.platform.tables import read_table, table_version
 
 log = logging.getLogger(__name__)
 
@@ -219,7 +219,6 @@ def _svg(fig) -> str:
 
 def _time_axis(ax, start: datetime, end: datetime) -> None:
     import matplotlib.dates as mdates
-
     from matplotlib.ticker import StrMethodFormatter
 
     ax.set_xlim(start, end)
@@ -854,7 +853,7 @@ def render_html(day: date, sections: list[Section], headline: list[Number], sour
     from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 
     env = Environment(
-        loader=PackageLoader("brokerlens", "templates"),
+        loader=PackageLoader("brokerlens.deliver", "templates"),
         autoescape=select_autoescape(["html", "j2"]),
         undefined=StrictUndefined,
         trim_blocks=True,

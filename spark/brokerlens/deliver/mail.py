@@ -22,7 +22,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 
 from pydantic import SecretStr
 
-from .settings import Settings
+from brokerlens.platform.settings import Settings
 
 
 class MailError(RuntimeError):

@@ -90,8 +90,9 @@ def _lines(stdin: TextIO, interactive: bool, splitter: Splitter) -> Iterator[str
 def repl(fmt: str = "table", stdin: TextIO | None = None, stdout: TextIO | None = None,
          stderr: TextIO | None = None) -> int:
     """Run statements from stdin; returns the exit code (2 when a statement failed)."""
+    from brokerlens.platform.schemas import SchemaError, table_schema, table_schemas
+
     from .query import QueryError, format_rows, run_sql
-    from .schemas import SchemaError, table_schema, table_schemas
 
     stdin, stdout, stderr = stdin or sys.stdin, stdout or sys.stdout, stderr or sys.stderr
     interactive = stdin.isatty()

@@ -16,8 +16,8 @@ from pyspark.errors import ParseException, PySparkException
 from pyspark.logger import PySparkLogger
 from pyspark.sql import Row, SparkSession
 
-from .schemas import table_schemas
-from .tables import register_tables
+from brokerlens.platform.schemas import table_schemas
+from brokerlens.platform.tables import register_tables
 
 OutputFormat = Literal["table", "csv", "json"]
 
@@ -28,7 +28,7 @@ class QueryError(ValueError):
 
 def run_sql(query: str, spark: SparkSession | None = None) -> tuple[list[str], list[Row]]:
     """Register every table, run ``query``, return its column names and rows."""
-    from .spark import get_spark
+    from brokerlens.platform.spark import get_spark
 
     spark = spark or get_spark()
     register_tables(spark)

@@ -18,8 +18,8 @@ nothing is pending and no debt is outstanding, where nothing can change).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 from datetime import date, datetime, timezone
+from functools import lru_cache
 from pathlib import Path
 from typing import Iterator
 

@@ -9,7 +9,7 @@ files on ``spark.jars`` with no resolution and no network. Delta's optional Kern
 Catalog clients (and their Hadoop, Parquet and Jackson copies, 80 MB that Spark already ships)
 are excluded: Delta's Spark connector does not need them for path-based tables.
 
-``python -m brokerlens.jars`` fetches them (``infra/bootstrap.sh`` runs it) and prints the paths.
+``python -m brokerlens.platform.jars`` fetches them (``infra/bootstrap.sh`` runs it) and prints the paths.
 """
 
 from __future__ import annotations

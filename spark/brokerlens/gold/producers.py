@@ -2,7 +2,7 @@
 
 Seed 003 (vivo, Pulsar producer tuning) gives the relations between the producer settings and a
 template derived from the message size and the number of partitions; seed 001 gives the token
-bucket used for publish-rate conformance (``brokerlens.token_bucket``).
+bucket used for publish-rate conformance (``brokerlens.gold.token_bucket``).
 
 Settings a client leaves out are taken at Pulsar's defaults only where the default is a fixed
 behaviour (``batchingEnabled`` true, ``blockIfQueueFull`` false,
@@ -20,10 +20,11 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from .schemas import table_schema
-from .settings import ProducerSettings, Settings
-from .stage import StageResult
-from .tables import read_table, write_table
+from brokerlens.platform.schemas import table_schema
+from brokerlens.platform.settings import ProducerSettings, Settings
+from brokerlens.platform.stage import StageResult
+from brokerlens.platform.tables import read_table, write_table
+
 from .token_bucket import conformance, parse_limit
 
 log = logging.getLogger(__name__)

@@ -1,0 +1,2 @@
+"""Silver: cleaned, deduplicated, normalised tables built from bronze (intervals, snapshots,
+effective limits)."""
