@@ -15,7 +15,7 @@ BUILD_STEPS: tuple[tuple[str, str, str], ...] = (
     ("silver", "silver", "brokerlens.silver.build:build_silver"),
     ("gold", "dispatch", "brokerlens.gold.dispatch:build_dispatch"),
     ("gold", "holes", "brokerlens.gold.holes.build:build_holes"),
-    ("gold", "producers", "brokerlens.gold.producers:build_producers"),
+    ("gold", "producers", "brokerlens.gold.producers.build:build_producers"),
 )
 LAYERS = ("silver", "gold")
 
