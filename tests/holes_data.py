@@ -39,7 +39,7 @@ def range_string(ranges: list[tuple[int, int, int, int]]) -> str:
 
 def entries_in(rng: tuple[int, int, int, int], ledger_entries: dict[int, int]) -> int:
     """Count the positions p with lower < p <= upper by enumerating every position of every ledger
-    (independent of the arithmetic in holes.py)."""
+    (independent of the arithmetic in gold/holes/ranges.py)."""
     lower, upper = (rng[0], rng[1]), (rng[2], rng[3])
     return sum(
         1

@@ -21,7 +21,8 @@ from typer.testing import CliRunner
 
 from brokerlens import cli
 from brokerlens.deliver.mail import smtp_target
-from brokerlens.gold.holes import HINTS, build_holes
+from brokerlens.gold.holes.alerts import HINTS
+from brokerlens.gold.holes.build import build_holes
 from brokerlens.platform.settings import Settings, get_settings, reload_settings
 from brokerlens.platform.tables import read_table
 

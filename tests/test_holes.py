@@ -9,7 +9,9 @@ from datetime import date, datetime, timedelta
 import pytest
 from holes_data import TOPIC, at, entries_in, range_string, snap, write_snapshots
 
-from brokerlens.gold.holes import ESTIMATED_BYTES_PER_RANGE, HINTS, build_holes
+from brokerlens.gold.holes.alerts import HINTS
+from brokerlens.gold.holes.build import build_holes
+from brokerlens.gold.holes.cursor_ranges import ESTIMATED_BYTES_PER_RANGE
 from brokerlens.platform.settings import AlertOverride, AlertSettings
 from brokerlens.platform.tables import read_table, table_schema, write_table
 

@@ -13,7 +13,7 @@ import pytest
 from landing_helpers import rows
 from pyspark.sql import functions as F
 
-from brokerlens.gold.holes import parse_ranges, range_stats
+from brokerlens.gold.holes.ranges import parse_ranges, range_stats
 from brokerlens.land import land_day
 from brokerlens.platform.tables import read_table
 

@@ -9,7 +9,8 @@ from datetime import date, datetime
 
 from holes_data import at, range_string, snap, write_snapshots
 
-from brokerlens.gold.holes import ENTRY_LIMIT_BYTES, build_holes, cursor_ranges_frame
+from brokerlens.gold.holes.build import build_holes
+from brokerlens.gold.holes.cursor_ranges import ENTRY_LIMIT_BYTES, cursor_ranges_frame
 from brokerlens.platform.settings import AlertSettings
 from brokerlens.platform.tables import read_table, table_schema, write_table
 

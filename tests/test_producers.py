@@ -5,9 +5,12 @@ from __future__ import annotations
 import json
 from datetime import date, datetime, timedelta
 
-from brokerlens.gold import producers
+from brokerlens.gold.producers.build import build_producers
+from brokerlens.gold.producers.config import configurations, with_config_hash
+from brokerlens.gold.producers.health import broker_view, health
+from brokerlens.gold.producers.lint import lint
 from brokerlens.platform.schemas import table_schema
-from brokerlens.platform.settings import PublishRateLimit
+from brokerlens.platform.settings import ProducerSettings, PublishRateLimit
 
 DAY = date(2026, 11, 21)
 T0 = datetime(2026, 11, 21, 10, 0, 0)
@@ -42,8 +45,8 @@ def frame(spark, table, rows):
 
 
 def lint_rows(spark, *rows):
-    snaps = frame(spark, "producer_snapshots", rows).transform(producers.with_config_hash)
-    return producers.lint(producers.configurations(snaps)).collect()
+    snaps = frame(spark, "producer_snapshots", rows).transform(with_config_hash)
+    return lint(configurations(snaps)).collect()
 
 
 def by_rule(rows):
@@ -141,8 +144,8 @@ def test_seed_template(spark):
                  num_msgs_sent=1000, uncompressed_bytes_sent=1000 * message_bytes)
         for case, (message_bytes, partitions, max_pending) in enumerate(TEMPLATE_CASES)
     ]
-    snaps = frame(spark, "producer_snapshots", rows).transform(producers.with_config_hash)
-    got = {int(r.producer_name): r for r in producers.configurations(snaps).collect()}
+    snaps = frame(spark, "producer_snapshots", rows).transform(with_config_hash)
+    got = {int(r.producer_name): r for r in configurations(snaps).collect()}
     for case, args in enumerate(TEMPLATE_CASES):
         expected = seed_template(*args)
         assert {k: got[case][k] for k in expected} == expected, args
@@ -160,10 +163,10 @@ def test_health_numbers(spark):
                  partition_msg_rates=rates(10.0, 10.0, 20.0), num_send_failed=2,
                  uncompressed_bytes_sent=None),
     ]
-    snaps = frame(spark, "producer_snapshots", rows).transform(producers.with_config_hash)
-    brokers = producers.broker_view(frame(spark, "bronze_topic_stats", []))
-    findings = producers.lint(producers.configurations(snaps))
-    (h,) = producers.health(snaps, findings, brokers, producers.ProducerSettings()).collect()
+    snaps = frame(spark, "producer_snapshots", rows).transform(with_config_hash)
+    brokers = broker_view(frame(spark, "bronze_topic_stats", []))
+    findings = lint(configurations(snaps))
+    (h,) = health(snaps, findings, brokers, ProducerSettings()).collect()
     assert (h.snapshots, h.configurations, h.partitions) == (2, 1, 4)
     assert h.msgs_per_batch == 60000 / 120 and h.batch_fill_ratio == 60000 / 120 / 500
     # Limit: 1,000 per partition x 4 partitions (stats sum the partitions); 90 % of 4,000 = 3,600.
@@ -211,7 +214,7 @@ def test_build_producers_writes_the_tables(spark, settings):
                 partitions=[{"day": DAY}])
 
     for _ in range(2):  # a re-run replaces the day
-        result = producers.build_producers(DAY, settings)
+        result = build_producers(DAY, settings)
     lint = read_table("producer_lint").collect()
     assert result.metrics["producer_lint_rows"] == 1
     assert [(r.producer_name, r.rule) for r in lint] == [("bad", "batch-never-fills-by-count")]

@@ -14,8 +14,8 @@ from brokerlens.platform.stage import StageResult
 BUILD_STEPS: tuple[tuple[str, str, str], ...] = (
     ("silver", "silver", "brokerlens.silver.build:build_silver"),
     ("gold", "dispatch", "brokerlens.gold.dispatch:build_dispatch"),
-    ("gold", "holes", "brokerlens.gold.holes:build_holes"),
-    ("gold", "producers", "brokerlens.gold.producers:build_producers"),
+    ("gold", "holes", "brokerlens.gold.holes.build:build_holes"),
+    ("gold", "producers", "brokerlens.gold.producers.build:build_producers"),
 )
 LAYERS = ("silver", "gold")
 

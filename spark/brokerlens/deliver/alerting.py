@@ -32,7 +32,8 @@ from pathlib import Path
 from jinja2 import Environment, PackageLoader, StrictUndefined
 from pyspark.sql import functions as F
 
-from brokerlens.gold.holes import KEY, SEVERITY_RANK
+from brokerlens.gold.holes.alerts import SEVERITY_RANK
+from brokerlens.gold.holes.persistence import KEY
 from brokerlens.platform.schemas import table_schema
 from brokerlens.platform.settings import AlertSettings, RecipientGroup, Settings, get_settings
 from brokerlens.platform.spark import get_spark

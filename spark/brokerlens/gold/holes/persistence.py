@@ -1,0 +1,141 @@
+"""The persistence settings in force per cursor snapshot: broker.conf at the snapshot, the cap
+``managedLedgerMaxUnackedRangesToPersist`` and the ack-state persistence mode
+(``managedLedgerPersistIndividualAckAsLongArray``, else the broker's version), and the alert
+thresholds, each from the most specific settings override."""
+
+from __future__ import annotations
+
+from datetime import date
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from brokerlens.gold.brokers import version_choice, version_metrics
+from brokerlens.platform.settings import AlertOverride, AlertSettings
+from brokerlens.platform.tables import read_table
+
+CAP_KEY = "managedLedgerMaxUnackedRangesToPersist"
+METADATA_STORE_CAP_KEY = "managedLedgerMaxUnackedRangesToPersistInMetadataStore"
+LONG_ARRAY_KEY = "managedLedgerPersistIndividualAckAsLongArray"
+# ServiceConfiguration: a cursor closing with at most this many ranges is written to the metadata store.
+DEFAULT_METADATA_STORE_CAP = 1000
+# PR #23888: managedLedgerPersistIndividualAckAsLongArray defaults to true from 4.1 (false before).
+LONG_ARRAY_SINCE = (4, 1)
+RANGES, LONG_ARRAY, METADATA_STORE = "ranges", "long-array", "metadata-store"
+KEY = ["cluster", "topic", "subscription"]
+SNAPSHOT_KEY = [*KEY, "snapshot_at"]
+
+
+def _override_chain(
+    overrides: list[AlertOverride], field: str, fallback: Column, fallback_source: Column
+) -> tuple[Column, Column]:
+    """(value, source) of an alert setting per row: the most specific matching override wins."""
+    specific = [o for o in overrides if getattr(o, field) is not None]
+    # cluster+namespace before namespace before cluster; the first matching `when` wins.
+    specific.sort(key=lambda o: (o.namespace is None, o.cluster is None))
+    value, source = fallback, fallback_source
+    for o in reversed(specific):
+        cond = F.lit(True)
+        if o.cluster is not None:
+            cond = cond & (F.col("cluster") == o.cluster)
+        if o.namespace is not None:
+            cond = cond & (F.col("namespace") == o.namespace)
+        label = "settings-namespace" if o.namespace is not None else "settings-cluster"
+        value = F.when(cond, F.lit(getattr(o, field))).otherwise(value)
+        source = F.when(cond, F.lit(label)).otherwise(source)
+    return value, source
+
+
+def broker_config_at(snapshots: DataFrame, day: date, keys: list[str]) -> DataFrame:
+    """The broker.conf values in force at each snapshot: (snapshot key, one string column per key).
+
+    Per key, the latest broker-config record that sets it (or removes the record) holds from its
+    ``effective_at``; a record for the broker wins over a cluster-wide one (broker null), as in
+    ``dispatch.limiter_models``. Records landed on earlier days stay in force, so every landing
+    day up to ``day`` is read (the table is small).
+    """
+    policies = (
+        read_table("bronze_policies")
+        .filter((F.col("kind") == "broker-config") & (F.col("day") <= F.lit(day)))
+        .select(
+            F.col("cluster").alias("p_cluster"),
+            F.col("broker").alias("p_broker"),
+            "effective_at",
+            "removed",
+            "broker_config",
+        )
+    )
+    matched = snapshots.select(*SNAPSHOT_KEY, "broker").join(
+        F.broadcast(policies),
+        (F.col("p_cluster") == F.col("cluster"))
+        & (F.col("p_broker").isNull() | (F.col("p_broker") == F.col("broker")))
+        & (F.col("effective_at") <= F.col("snapshot_at")),
+    )
+    ordering = F.struct(F.col("p_broker").isNotNull(), F.col("effective_at"))
+    # max_by skips rows whose ordering is null: records that do not mention the key.
+    sets = lambda key: F.col("removed") | F.map_contains_key("broker_config", F.lit(key))  # noqa: E731
+    return matched.groupBy(*SNAPSHOT_KEY).agg(
+        *(
+            F.max_by(F.when(~F.col("removed"), F.col("broker_config")[k]), F.when(sets(k), ordering)).alias(k)
+            for k in keys
+        )
+    )
+
+
+def with_persistence(snapshots: DataFrame, day: date, alerts: AlertSettings) -> DataFrame:
+    """The persistence settings in force per snapshot: ``cap``/``cap_source`` (settings override >
+    broker config > ``alerts.default_cap``), ``metadata_store_cap`` (broker config > 1,000) and
+    ``persist_mode``/``persist_mode_source`` (settings ``alerts.persist_mode`` > broker config
+    ``managedLedgerPersistIndividualAckAsLongArray`` > the broker's version, >= 4.1 long-array >
+    ranges), chosen like the dispatch limiter model."""
+    config = broker_config_at(snapshots, day, [CAP_KEY, METADATA_STORE_CAP_KEY, LONG_ARRAY_KEY])
+    positive = lambda key: F.when(F.col(key).try_cast("bigint") > 0, F.col(key).try_cast("bigint"))  # noqa: E731
+    flag = F.lower(F.trim(F.col(LONG_ARRAY_KEY)))
+    versions = version_choice(version_metrics(day), day, LONG_ARRAY_SINCE, LONG_ARRAY, RANGES)
+    df = (
+        snapshots.join(config, SNAPSHOT_KEY, "left")
+        .join(
+            F.broadcast(versions),
+            (F.col("cluster") == F.col("v_cluster")) & (F.col("broker") == F.col("v_broker")),
+            "left",
+        )
+        .withColumn("policy_cap", positive(CAP_KEY))
+        .withColumn("c_mode", F.when(flag == "true", F.lit(LONG_ARRAY)).when(flag == "false", F.lit(RANGES)))
+    )
+    fallback = F.coalesce(F.col("policy_cap"), F.lit(alerts.default_cap))
+    fallback_source = F.when(F.col("policy_cap").isNotNull(), F.lit("broker-config")).otherwise(
+        F.lit("default")
+    )
+    cap, source = _override_chain(alerts.overrides, "cap", fallback, fallback_source)
+    if alerts.persist_mode != "auto":
+        mode, mode_source = F.lit(alerts.persist_mode), F.lit("settings")
+    else:
+        mode = F.coalesce("c_mode", "v_choice", F.lit(RANGES))
+        mode_source = (
+            F.when(F.col("c_mode").isNotNull(), F.lit(f"broker-config {LONG_ARRAY_KEY}"))
+            .when(F.col("v_choice").isNotNull(), F.col("v_source"))
+            .otherwise(F.lit("default"))
+        )
+    return (
+        df.withColumn("cap", cap.cast("bigint"))
+        .withColumn("cap_source", source)
+        .withColumn(
+            "metadata_store_cap",
+            F.coalesce(
+                F.when(F.col(METADATA_STORE_CAP_KEY).try_cast("bigint") >= 0, F.col(METADATA_STORE_CAP_KEY).try_cast("bigint")),
+                F.lit(DEFAULT_METADATA_STORE_CAP),
+            ).cast("bigint"),
+        )
+        .withColumn("persist_mode", mode)
+        .withColumn("persist_mode_source", mode_source)
+        .drop(CAP_KEY, METADATA_STORE_CAP_KEY, LONG_ARRAY_KEY, "policy_cap", "c_mode",
+              "v_cluster", "v_broker", "v_source", "v_choice")
+    )
+
+
+def with_alert_thresholds(df: DataFrame, alerts: AlertSettings) -> DataFrame:
+    warning, _ = _override_chain(alerts.overrides, "warning_ranges", F.lit(alerts.warning_ranges), F.lit(""))
+    horizon, _ = _override_chain(alerts.overrides, "horizon_hours", F.lit(alerts.horizon_hours), F.lit(""))
+    return df.withColumn("warning_threshold", warning.cast("bigint")).withColumn(
+        "horizon_hours", horizon.cast("double")
+    )

@@ -1,0 +1,61 @@
+"""The producers build step: ``producer_lint``, ``producer_health`` and, when publish-rate limits
+are configured, ``publish_rate_conformance`` for one day of producer snapshots."""
+
+from __future__ import annotations
+
+import logging
+from datetime import date
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from brokerlens.platform.schemas import table_schema
+from brokerlens.platform.settings import Settings
+from brokerlens.platform.stage import StageResult
+from brokerlens.platform.tables import read_table, write_table
+
+from .config import configurations, with_config_hash
+from .health import broker_view, health
+from .lint import lint
+from .publish_rate import publish_conformance
+
+log = logging.getLogger(__name__)
+
+
+def build_producers(day: date, settings: Settings) -> StageResult:
+    result = StageResult("producers", day)
+    config = settings.producers
+    snapshots = (
+        read_table("producer_snapshots", settings=settings)
+        .where(F.col("day") == F.lit(day))
+        .transform(with_config_hash)
+        .cache()
+    )
+    configs = configurations(snapshots)
+    findings = lint(configs).cache()
+    brokers = broker_view(
+        read_table("bronze_topic_stats", settings=settings).where(F.col("day") == F.lit(day))
+    )
+
+    def write(df: DataFrame, table: str) -> None:
+        columns = table_schema(table).column_names  # working columns stay behind
+        result.writes.append(
+            write_table(df.select(*columns), table, mode="replace", partitions=[{"day": day}],
+                        settings=settings)
+        )
+
+    write(findings, "producer_lint")
+    write(health(snapshots, findings, brokers, config), "producer_health")
+    conformance_rows = publish_conformance(snapshots, config)
+    if conformance_rows is not None:
+        write(conformance_rows, "publish_rate_conformance")
+    by_rule = {r["rule"]: r["n"] for r in findings.groupBy("rule").agg(F.count(F.lit(1)).alias("n")).collect()}
+    result.metrics["producer_lint_rows"] = sum(by_rule.values())
+    log.info("producer lint %s: %d findings %s", day, sum(by_rule.values()), by_rule)
+    if by_rule:
+        result.lines.append(
+            "producer lint: " + ", ".join(f"{rule} {n}" for rule, n in sorted(by_rule.items()))
+        )
+    snapshots.unpersist()
+    findings.unpersist()
+    return result
