@@ -7,12 +7,12 @@ from datetime import date
 
 from pyspark.sql import functions as F
 
+from brokerlens.gold.holes.alerts import SEVERITY_RANK
 from brokerlens.platform.settings import Settings
 
 from .blocks import SUBSCRIPTION, Number, Section, Table, day_rows, fmt, hhmm, limited, short_topic
 from .links import subscription_anchor
 
-SEVERITY_ORDER = {"critical": 0, "error": 0, "warning": 1, "forecast": 2}
 STATE_ORDER = {"escalated": 0, "new": 1, "ongoing": 2, "resolved": 3}
 
 
@@ -50,7 +50,8 @@ def alert_section(day: date, settings: Settings, headline: list[Number]) -> Sect
                "bad" if by_state["new"] + by_state["escalated"] else "good"),
         section.numbers[-1],
     ]
-    severity_rank = F.coalesce(*[F.when(F.col("severity") == k, F.lit(v)) for k, v in SEVERITY_ORDER.items()], F.lit(9))
+    # Most severe first (holes rank forecast < warning < critical); resolved rows (no severity) last.
+    severity_rank = F.coalesce(*[F.when(F.col("severity") == k, F.lit(-v)) for k, v in SEVERITY_RANK.items()], F.lit(9))
     state_rank = F.coalesce(*[F.when(F.col("state") == k, F.lit(v)) for k, v in STATE_ORDER.items()], F.lit(9))
     ordered = alerts.orderBy(severity_rank, state_rank, F.desc_nulls_last("ranges"), *SUBSCRIPTION).select(
         "*", hhmm("forecast_cap_at").alias("forecast_text")
