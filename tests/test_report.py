@@ -20,7 +20,8 @@ from xml.etree import ElementTree
 
 import pytest
 
-from brokerlens.deliver.report import report_day, report_path
+from brokerlens.deliver.report.links import report_path
+from brokerlens.deliver.report.page import report_day
 from brokerlens.platform.tables import table_schema, write_table
 
 DAY = date(2026, 11, 21)
@@ -408,7 +409,7 @@ def chart_parts(svg: str) -> dict[str, list[str]]:
 
 def test_report_and_alert_mail_fit_desktop_and_phone(spark, settings, seeded_day, tmp_path):
     from brokerlens.deliver.alerting import render
-    from brokerlens.deliver.report import report_url, subscription_anchor
+    from brokerlens.deliver.report.links import report_url, subscription_anchor
     from brokerlens.platform.tables import read_table
 
     report_day(DAY, settings)
@@ -456,7 +457,7 @@ def test_report_and_alert_mail_fit_desktop_and_phone(spark, settings, seeded_day
 
 
 def test_mail_links_use_the_configured_base_url(monkeypatch):
-    from brokerlens.deliver.report import report_url
+    from brokerlens.deliver.report.links import report_url
     from brokerlens.platform.settings import reload_settings
 
     monkeypatch.setenv("BROKERLENS_REPORT__BASE_URL", "https://ops.example.com/brokerlens/")
@@ -465,7 +466,7 @@ def test_mail_links_use_the_configured_base_url(monkeypatch):
 
 
 def test_scrape_grain_scopes_are_called_a_lower_bound(spark, settings):
-    from brokerlens.deliver.report import dispatch_section
+    from brokerlens.deliver.report.dispatch import dispatch_section
 
     # One 60 s scrape interval of S1 against a quota of 10 msg/s prorated to 600: 900 delivered, 300 over.
     row = dict(period(S1, T0 + timedelta(hours=10), 900, 600, 0), interval_seconds=60.0, grain="scrape",

@@ -22,7 +22,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from brokerlens.deliver.query import run_sql
-from brokerlens.platform import tables
+from brokerlens.platform import table_admin, tables
 from brokerlens.platform.tables import TableError, merge_table, read_table, table_version, write_table
 
 D1, D2 = date(2026, 11, 21), date(2026, 11, 22)
@@ -97,7 +97,7 @@ def test_time_travel_history_detail_and_optimize_by_name(spark, settings):
 
 def test_tables_are_registered_by_name_with_descriptions(spark, settings):
     replace_day(spark, D1, 1, "a")
-    names = tables.register_tables(spark)
+    names = table_admin.register_tables(spark)
     assert "dispatch_periods" in names and "quarantine" in names
     listed = {r["tableName"] for r in spark.sql("SHOW TABLES").collect()}
     assert set(names) <= listed
@@ -336,13 +336,13 @@ def test_vacuum_uses_the_tables_retention(spark, settings):
     replace_day(spark, D1, 3, "a")
     replace_day(spark, D1, 2, "b")
     # The replaced file is younger than the 7-day retention: kept for time travel.
-    assert tables.vacuum("quarantine", dry_run=True) == []
+    assert table_admin.vacuum("quarantine", dry_run=True) == []
     with pytest.raises(Exception, match="DELTA_VACUUM_RETENTION_PERIOD_TOO_SHORT"):
         run_sql("VACUUM quarantine RETAIN 0 HOURS")  # Delta's retention check is on
     run_sql("ALTER TABLE quarantine SET TBLPROPERTIES ('delta.deletedFileRetentionDuration' = 'interval 0 hours')")
     live = {os.path.normpath(f) for f in RsDeltaTable(location()).file_uris()}
     replaced = _data_files(location()) - live  # version 1's files, replaced by version 2
-    removed = tables.vacuum("quarantine")
+    removed = table_admin.vacuum("quarantine")
     assert replaced and {os.path.normpath(p.removeprefix("file:")) for p in removed} == replaced
     assert _data_files(location()) == live
     assert counts(read_table("quarantine")) == {(D1, "b"): 2}

@@ -191,7 +191,7 @@ def tables(
 ) -> None:
     """List the tables with their columns and latest version."""
     from brokerlens.platform.schemas import table_schema
-    from brokerlens.platform.tables import describe_tables
+    from brokerlens.platform.table_admin import describe_tables
 
     for name in names or []:
         table_schema(name)  # an unknown name fails with the list of known tables
@@ -228,7 +228,7 @@ def vacuum_cmd(
     """Delta's VACUUM on every table: delete files no version within the table's retention
     (delta.deletedFileRetentionDuration, 7 days) references, and orphans of killed writes."""
     from brokerlens.platform.schemas import table_schemas
-    from brokerlens.platform.tables import vacuum
+    from brokerlens.platform.table_admin import vacuum
 
     for name in sorted(table_schemas()):
         removed = vacuum(name, dry_run=dry_run)

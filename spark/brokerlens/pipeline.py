@@ -23,7 +23,7 @@ STAGES: dict[str, str] = {
     "validate": "brokerlens.quality.validate:validate_day",
     "build": "brokerlens.build:build_day",
     "alert": "brokerlens.deliver.alerting:alert_day",
-    "report": "brokerlens.deliver.report:report_day",
+    "report": "brokerlens.deliver.report.page:report_day",
 }
 # What `brokerlens run` and the daily DAG do, in order: (stage, layer). Each layer is validated
 # before the next one is built from it.

@@ -41,7 +41,7 @@ from brokerlens.platform.tables import merge_table, read_table, sql_equals
 from brokerlens.platform.times import utc
 
 from .mail import MailError, build_message, send, smtp_session, smtp_target
-from .report import report_url, subscription_anchor
+from .report.links import report_url, subscription_anchor
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from pyspark.logger import PySparkLogger
 from pyspark.sql import Row, SparkSession
 
 from brokerlens.platform.schemas import table_schemas
-from brokerlens.platform.tables import register_tables
+from brokerlens.platform.table_admin import register_tables
 
 OutputFormat = Literal["table", "csv", "json"]
 

@@ -17,7 +17,7 @@ with object storage.
 * New columns in ``schemas/`` are added to existing tables on the next write (``mergeSchema``);
   reading an older table fills them with nulls.
 
-Tables are known by name to Spark SQL through :func:`register_tables` (see its docstring).
+Tables are known by name to Spark SQL through ``table_admin.register_tables`` (see its docstring).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from .schemas import TableSchema, table_schema, table_schemas
+from .schemas import TableSchema, table_schema
 from .settings import Settings, get_settings
 from .spark import get_spark
 
@@ -351,92 +351,3 @@ def sql_equals(value: object) -> str:
     if isinstance(value, (int, float)):
         return f"= {value}"
     return "= '" + str(value).replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
-# ------------------------------------------------------------------------------ catalogue
-
-
-def register_tables(spark: SparkSession | None = None, settings: Settings | None = None) -> list[str]:
-    """Make every table in ``schemas/`` known to Spark SQL by its name, in the session catalog
-    (``CREATE TABLE … USING delta LOCATION …``): ``DESCRIBE HISTORY``, ``VERSION AS OF``,
-    ``DESCRIBE DETAIL``, ``OPTIMIZE``, ``VACUUM`` and ``MERGE`` then work by name.
-
-    Registered at session start rather than kept in a persistent metastore: the lake's folders
-    are the truth, several processes (Airflow steps, backfill days, a user's notebook) use them
-    at once, which an embedded Derby metastore does not allow, and a lake moved or restored
-    needs no catalogue repair. A table never written is created empty with its schema first, so
-    every name exists and ``DESCRIBE TABLE`` shows the column descriptions.
-    """
-    settings = settings or get_settings()
-    spark = spark or get_spark(settings)
-    names = sorted(table_schemas())
-    registered = _registered.setdefault(id(spark), {})
-    for name in names:
-        location = table_location(name, settings)
-        if registered.get(name) == location and spark.catalog.tableExists(name):
-            continue
-        ensure_table(name, spark, settings)
-        spark.sql(f"DROP TABLE IF EXISTS `{name}`")  # an external table: its data stays
-        spark.sql(f"CREATE TABLE `{name}` USING delta LOCATION '{location}'")
-        registered[name] = location
-    return names
-
-
-# Per session: the location each name was registered with (a test or a CLI call may move the lake).
-_registered: dict[int, dict[str, str]] = {}
-
-
-@dataclass(frozen=True)
-class TableInfo:
-    name: str
-    layer: str
-    description: str
-    version: int | None
-    columns: list[tuple[str, str, str]]
-
-
-def describe_tables(settings: Settings | None = None) -> list[TableInfo]:
-    settings = settings or get_settings()
-    return [
-        TableInfo(
-            name,
-            schema.layer,
-            schema.description,
-            table_version(name, settings),
-            [(c.name, c.type, c.description) for c in schema.columns],
-        )
-        for name, schema in sorted(table_schemas().items())
-    ]
-
-
-def vacuum(name: str, dry_run: bool = False, settings: Settings | None = None) -> list[str]:
-    """Delta's ``VACUUM``: delete files that no version younger than the table's retention
-    (``delta.deletedFileRetentionDuration``, 7 days unless changed with ``ALTER TABLE … SET
-    TBLPROPERTIES``) references, including files of writes killed before their commit. Delta's
-    retention check stays on. Returns the files deleted (or, dry, that would be)."""
-    settings = settings or get_settings()
-    spark = get_spark(settings)
-    if not table_exists(name, settings, spark):
-        return []
-    statement = f"VACUUM delta.`{table_location(name, settings)}`"
-    try:
-        if dry_run:
-            return sorted(r[0] for r in spark.sql(statement + " DRY RUN").collect())
-        before = _data_files(spark, name, settings)
-        spark.sql(statement).collect()
-        return sorted(before - _data_files(spark, name, settings))
-    except AnalysisException as exc:
-        raise TableError(f"{name}: vacuum failed: {str(exc).splitlines()[0]}") from exc
-
-
-def _data_files(spark: SparkSession, name: str, settings: Settings) -> set[str]:
-    """Every file under the table's folder but its log (what VACUUM may delete)."""
-    jvm = spark.sparkContext._jvm
-    root = jvm.org.apache.hadoop.fs.Path(table_location(name, settings))
-    fs = root.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
-    files, listing = set(), fs.listFiles(root, True)
-    while listing.hasNext():
-        path = listing.next().getPath().toString()
-        if "/_delta_log/" not in path:
-            files.add(path)
-    return files

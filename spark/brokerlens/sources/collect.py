@@ -43,7 +43,7 @@ BROKER_KEYS = re.compile(
     r"|managedLedgerMaxUnackedRangesToPersist|managedLedgerMaxEntriesPerLedger|topicLevelPoliciesEnabled)$"
 )
 RETRY_STATUS = {429, 500, 502, 503, 504}
-# The Pulsar series the analytics read (silver.OUT_COUNTERS, silver.CURSOR_RANGES_METRIC, the limiter
+# The Pulsar series the analytics read (silver.intervals.OUT_COUNTERS, silver.cursors.CURSOR_RANGES_METRIC, the limiter
 # model's pulsar_version_info and PIP-406 throttle events), as one PromQL selector.
 PROMETHEUS_SELECTOR = (
     '{__name__=~"pulsar_out_messages_total|pulsar_out_bytes_total'

@@ -1,0 +1,110 @@
+"""The report's building blocks: the page model (Number, Table, Chart, Section) the templates
+render, and the helpers every section uses to read a day's rows, cut tables at
+``report.max_rows`` and format numbers, shares, bytes and topic names."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import date
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from brokerlens.platform.tables import read_table
+
+SUBSCRIPTION = ("cluster", "topic", "subscription")
+
+
+# ------------------------------------------------------------------------- page model
+
+
+@dataclass
+class Number:
+    label: str
+    value: str
+    # "bad" for numbers a person must act on when non-zero, "good" when all is well.
+    tone: str = ""
+
+
+@dataclass
+class Table:
+    columns: list[str]
+    rows: list[list[str]]
+    # Columns aligned right (numbers).
+    numeric: set[int] = field(default_factory=set)
+    # Columns of prose that wrap (reasons, hints); the others stay on one line.
+    prose: set[int] = field(default_factory=set)
+    caption: str = ""
+    # Rows left out because of report.max_rows.
+    more: int = 0
+    # An id per row, for links into the report (the alert mail's, to a subscription).
+    row_ids: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Chart:
+    title: str
+    svg_base64: str
+    alt: str
+
+
+@dataclass
+class Section:
+    id: str
+    title: str
+    intro: str = ""
+    numbers: list[Number] = field(default_factory=list)
+    charts: list[Chart] = field(default_factory=list)
+    tables: list[Table] = field(default_factory=list)
+    # Set when the section's tables hold nothing for the day.
+    empty: str | None = None
+
+
+# ---------------------------------------------------------------------------- helpers
+
+
+def day_rows(name: str, day: date) -> DataFrame:
+    return read_table(name).where(F.col("day") == F.lit(day))
+
+
+def fmt(value, digits: int = 0) -> str:
+    """Numbers as an operator reads them: thousands separators, '—' for unknown."""
+    if value is None:
+        return "—"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:,.{digits}f}" if digits or abs(value) >= 100 else f"{value:,.2f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
+
+
+def pct(value) -> str:
+    return "—" if value is None else f"{100 * value:.0f}%"
+
+
+def fmt_bytes(value) -> str:
+    if value is None:
+        return "—"
+    units = ("B", "KiB", "MiB", "GiB")
+    step = 0
+    while abs(value) >= 1024 and step < len(units) - 1:
+        value, step = value / 1024, step + 1
+    return f"{value:,.0f} B" if step == 0 else f"{value:,.1f} {units[step]}"
+
+
+def short_topic(topic: str | None) -> str:
+    return (topic or "").removeprefix("persistent://").removeprefix("non-persistent://")
+
+
+def hhmm(column: str) -> Column:
+    return F.date_format(F.col(column), "yyyy-MM-dd HH:mm")
+
+
+def limited(df: DataFrame, limit: int) -> tuple[list, int]:
+    """At most ``limit`` rows of an ordered DataFrame, and how many were left out."""
+    rows = df.limit(limit + 1).collect()
+    if len(rows) <= limit:
+        return rows, 0
+    return rows[:limit], df.count() - limit

@@ -1,0 +1,85 @@
+"""The report page: runs the sections in order, renders report.html.j2 with the Delta versions of
+the tables read, and writes ``<reports>/<day>/brokerlens-<day>.html`` (the `report` stage)."""
+
+from __future__ import annotations
+
+from datetime import date, datetime, timezone
+
+from brokerlens.platform.progress import progress
+from brokerlens.platform.schemas import table_schemas
+from brokerlens.platform.settings import Settings
+from brokerlens.platform.stage import StageResult
+from brokerlens.platform.tables import table_version
+
+from .alerts import alert_section
+from .blocks import Number, Section
+from .cursors import cursor_section
+from .dispatch import dispatch_section
+from .links import report_path
+from .producers import producer_section
+from .quality import quality_section
+from .quarantine import quarantine_section
+
+SECTIONS = (dispatch_section, cursor_section, alert_section, producer_section, quarantine_section, quality_section)
+# The tables the report reads, listed with their Delta versions at the foot of the page.
+SOURCE_TABLES = (
+    "dispatch_daily", "dispatch_periods", "cursor_ranges", "hole_alerts", "alert_notifications",
+    "producer_lint", "producer_health", "quarantine", "validation_results",
+)
+
+
+def render_html(day: date, sections: list[Section], headline: list[Number], sources: list[tuple[str, str]]) -> str:
+    from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
+
+    env = Environment(
+        loader=PackageLoader("brokerlens.deliver.report", "templates"),
+        autoescape=select_autoescape(["html", "j2"]),
+        undefined=StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    return env.get_template("report.html.j2").render(
+        day=day.isoformat(),
+        generated_at=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        headline=headline,
+        sections=sections,
+        sources=sources,
+    )
+
+
+def _source_versions() -> list[tuple[str, str]]:
+    out = []
+    for name in SOURCE_TABLES:
+        if name in table_schemas():
+            version = table_version(name)
+            out.append((name, "not written yet" if version is None else f"version {version}"))
+    return out
+
+
+def report_day(day: date, settings: Settings) -> StageResult:
+    """Write the day's HTML report; the result says where it is."""
+    result = StageResult("report", day)
+    headline: list[Number] = []
+    sections = []
+    with progress(f"report {day}", total=len(SECTIONS), unit="sections") as step:
+        for build in SECTIONS:
+            section = build(day, settings, headline)
+            step.note(f"{section.id} ({len(section.charts)} charts)")
+            step.advance()
+            sections.append(section)
+    html = render_html(day, sections, headline, _source_versions())
+    path = report_path(day, settings)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # Write then rename: the file a mail links to is never half written.
+    partial = path.with_suffix(".html.partial")
+    partial.write_text(html, encoding="utf-8")
+    partial.replace(path)
+    result.metrics.update(
+        sections=len(sections),
+        charts=sum(len(s.charts) for s in sections),
+        empty_sections=sum(s.empty is not None for s in sections),
+        bytes=len(html.encode("utf-8")),
+    )
+    result.lines.append(f"report: {path}")
+    result.lines += [f"{n.label}: {n.value}" for n in headline]
+    return result

@@ -1,0 +1,128 @@
+"""``dispatch_intervals``: dispatch records at period grain, else the differences of successive
+out counters at scrape grain, from topic stats (``msgOutCounter``/``bytesOutCounter``) or broker
+/metrics (``pulsar_out_messages_total``/``pulsar_out_bytes_total``)."""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+
+from .topics import metric_topic
+
+SCOPE = ["level", "cluster", "topic", "subscription"]
+# Broker /metrics out counters (Pulsar's prometheus TopicStats) -> snapshot column.
+OUT_COUNTERS = {"pulsar_out_messages_total": "msg_counter", "pulsar_out_bytes_total": "bytes_counter"}
+
+
+def _same(columns: list[str], left: DataFrame, right: DataFrame) -> Column:
+    """Null-safe equality on columns (subscription and topic are null above their level)."""
+    cond = F.lit(True)
+    for c in columns:
+        cond = cond & left[c].eqNullSafe(right[c])
+    return cond
+
+
+def period_intervals(dispatch: DataFrame) -> DataFrame:
+    return dispatch.select(
+        "day",
+        "level",
+        "cluster",
+        "broker",
+        F.when(F.col("level") != "broker", F.col("topic")).alias("topic"),
+        F.when(F.col("level") == "subscription", F.col("subscription")).alias("subscription"),
+        F.col("period_start").alias("interval_start"),
+        F.col("period_seconds").cast("double").alias("interval_seconds"),
+        F.lit("period").alias("grain"),
+        "msgs",
+        "bytes",
+        "entries",
+        "redelivered_msgs",
+        F.lit("dispatch").alias("source"),
+        F.lit(False).alias("counter_reset"),
+    )
+
+
+def counter_snapshots(topic_stats: DataFrame) -> DataFrame:
+    """Topic-stats out counters per scope and collection time."""
+    subscriptions = topic_stats.where(F.col("subscription").isNotNull()).select(
+        F.lit("subscription").alias("level"), "cluster", "broker", "topic", "subscription", "collected_at",
+        F.col("msg_out_counter").alias("msg_counter"), F.col("bytes_out_counter").alias("bytes_counter"),
+    )
+    topics = topic_stats.select(
+        F.lit("topic").alias("level"), "cluster", "broker", "topic", F.lit(None).cast("string").alias("subscription"),
+        "collected_at", F.col("topic_msg_out_counter").alias("msg_counter"), F.col("topic_bytes_out_counter").alias("bytes_counter"),
+    )
+    return (
+        subscriptions.unionByName(topics)
+        .where(F.col("msg_counter").isNotNull() & F.col("bytes_counter").isNotNull())
+        # The topic counters repeat on each subscription row of a snapshot: one per snapshot.
+        .groupBy(*SCOPE, "collected_at")
+        .agg(F.max("broker").alias("broker"), F.max("msg_counter").alias("msg_counter"), F.max("bytes_counter").alias("bytes_counter"))
+    )
+
+
+
+
+def metric_counter_snapshots(metrics: DataFrame) -> DataFrame:
+    """Broker /metrics out counters per scope and sample time: ``pulsar_out_messages_total`` and
+    ``pulsar_out_bytes_total`` with a ``topic`` label (topic level) and also a ``subscription``
+    label (subscription level), as Pulsar's prometheus TopicStats writes them."""
+    labels = F.col("labels")
+    samples = metrics.where(
+        F.col("metric").isin(*OUT_COUNTERS) & labels["topic"].isNotNull() & ~F.isnan("value")
+    ).select(
+        F.when(labels["subscription"].isNotNull(), F.lit("subscription")).otherwise(F.lit("topic")).alias("level"),
+        "cluster", "broker", metric_topic(labels).alias("topic"), labels["subscription"].alias("subscription"),
+        F.coalesce("sample_timestamp", "collected_at").alias("collected_at"),
+        "metric", "value",
+    )
+    counter = {name: F.max(F.when(F.col("metric") == metric, F.col("value"))).cast("bigint") for metric, name in OUT_COUNTERS.items()}
+    return (
+        samples.groupBy(*SCOPE, "collected_at")
+        .agg(F.max("broker").alias("broker"), *[c.alias(name) for name, c in counter.items()])
+        .where(F.col("msg_counter").isNotNull() & F.col("bytes_counter").isNotNull())
+    )
+
+
+def counter_intervals(snapshots: DataFrame, source: str) -> DataFrame:
+    """Scrape-grain intervals between successive counter snapshots of the same scope."""
+    order = Window.partitionBy(*SCOPE).orderBy("collected_at")
+    with_prev = snapshots.select(
+        "*",
+        F.lag("collected_at").over(order).alias("prev_at"),
+        F.lag("msg_counter").over(order).alias("prev_msgs"),
+        F.lag("bytes_counter").over(order).alias("prev_bytes"),
+    ).where(F.col("prev_at").isNotNull())
+    reset = (F.col("msg_counter") < F.col("prev_msgs")) | (F.col("bytes_counter") < F.col("prev_bytes"))
+    return with_prev.select(
+        F.to_date("prev_at").alias("day"),
+        "level",
+        "cluster",
+        "broker",
+        "topic",
+        "subscription",
+        F.col("prev_at").alias("interval_start"),
+        ((F.unix_micros("collected_at") - F.unix_micros("prev_at")) / 1e6).alias("interval_seconds"),
+        F.lit("scrape").alias("grain"),
+        F.when(reset, F.col("msg_counter")).otherwise(F.col("msg_counter") - F.col("prev_msgs")).alias("msgs"),
+        F.when(reset, F.col("bytes_counter")).otherwise(F.col("bytes_counter") - F.col("prev_bytes")).alias("bytes"),
+        F.lit(None).cast("bigint").alias("entries"),
+        F.lit(None).cast("bigint").alias("redelivered_msgs"),
+        F.lit(source).alias("source"),
+        reset.alias("counter_reset"),
+    )
+
+
+def dispatch_intervals(dispatch: DataFrame, topic_stats: DataFrame, metrics: DataFrame) -> DataFrame:
+    """Per scope, the finest source there is: dispatch records, else topic-stats counters, else
+    the broker's /metrics counters."""
+    out = period_intervals(dispatch)
+    for snapshots, source in (
+        (counter_snapshots(topic_stats), "topic-stats-counters"),
+        (metric_counter_snapshots(metrics), "metrics-counters"),
+    ):
+        intervals = counter_intervals(snapshots, source)
+        covered = out.select(*SCOPE).distinct()
+        intervals = intervals.join(covered, _same(SCOPE, intervals, covered), "left_anti")
+        out = out.unionByName(intervals.select(*out.columns))
+    return out

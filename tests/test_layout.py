@@ -1,0 +1,86 @@
+"""The package tree shows the data flow (docs/architecture.md): each step imports only from itself,
+an earlier step or the platform, and no shipped module is too long to read."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "spark" / "brokerlens"
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "architecture.md"
+# The flow, in order. Top-level modules (cli, pipeline, build, submit, airflow_support) wire the
+# steps together and come last.
+FLOW = ("platform", "sources", "land", "quality", "silver", "gold", "deliver")
+TOP = len(FLOW)
+MAX_LINES = 400
+
+
+def _module(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _step(module: str) -> int:
+    parts = module.split(".")
+    return FLOW.index(parts[1]) if len(parts) > 1 and parts[1] in FLOW else TOP
+
+
+def _imports(path: Path) -> set[str]:
+    """Every brokerlens module ``path`` imports, at module level or inside functions."""
+    module = _module(path)
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            # `from pkg import name` may name a module of pkg.
+            found |= {target} | {f"{target}.{a.name}" for a in node.names}
+    return {m for m in found if m == "brokerlens" or m.startswith("brokerlens.")}
+
+
+SOURCES = sorted(PACKAGE.rglob("*.py"))
+
+
+def test_the_package_has_the_flow_steps():
+    assert {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists()} == set(FLOW)
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_imports_point_down_the_flow(path):
+    step = _step(_module(path))
+    later = sorted(m for m in _imports(path) if _step(m) > step)
+    assert not later, f"{_module(path)} ({FLOW[step] if step < TOP else 'top level'}) imports a later step: {later}"
+
+
+def test_the_bench_is_outside_the_package():
+    assert not (PACKAGE / "bench.py").exists()
+    assert not any("brokerlens_bench" in p.read_text() for p in SOURCES)
+
+
+def test_no_shipped_module_is_over_400_lines():
+    long = {str(p.relative_to(PACKAGE)): n for p in SOURCES if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    assert not long, f"modules over {MAX_LINES} lines: {long}"
+
+
+def test_architecture_doc_names_every_package_and_module():
+    """Each module of a step is named (``gold/brokers.py``); a step's subpackage may be named as a
+    whole (``gold/dispatch/``)."""
+    text = DOCS.read_text()
+    missing = []
+    for path in SOURCES:
+        rel = path.relative_to(PACKAGE)
+        named = [f"`{rel}`"] if len(rel.parts) <= 2 else [f"`{Path(*rel.parts[:2])}/`"]
+        if path.name == "__init__.py" and len(rel.parts) == 2:
+            named = [f"`{rel.parent}/`"]
+        if rel.name != "__init__.py" or len(rel.parts) == 2:
+            if not any(n in text for n in named):
+                missing.append(named[0])
+    assert not missing, f"docs/architecture.md does not describe: {sorted(set(missing))}"
