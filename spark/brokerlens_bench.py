@@ -5,7 +5,7 @@ and subscription scopes), on the same Parquet input:
 
 * ``plain_pass``: read, repartition by scope, sort by period within partitions, write
   Parquet. The floor for any computation that needs each scope's periods in order.
-* ``dispatch_periods``: the gold computation (``brokerlens.gold.dispatch.dispatch_periods``).
+* ``dispatch_periods``: the gold computation (``brokerlens.gold.dispatch.periods.dispatch_periods``).
 * ``duckdb``: the same over-delivery and debt computation in DuckDB SQL (one row per record,
   empty periods drained through the integrated quota, running sum and running minimum:
   Lindley's recursion), same cores, output also to Parquet.
@@ -513,7 +513,7 @@ def opening_debt_file(folder: Path, day: date) -> str:
 
 def dispatch_frame(spark, inputs: dict, opening: str):
     """``dispatch_periods`` over the generated day (not yet run)."""
-    from brokerlens.gold.dispatch import dispatch_periods
+    from brokerlens.gold.dispatch.periods import dispatch_periods
 
     return dispatch_periods(
         spark.read.parquet(*inputs["intervals"]),
@@ -678,7 +678,7 @@ def bench_days(
 ) -> dict:
     """Build consecutive days through the real table layer: day N+1 reads day N's closing debt
     from ``debt_state``; its time must not grow with the days already in the lake."""
-    from brokerlens.gold.dispatch import build_dispatch
+    from brokerlens.gold.dispatch.build import build_dispatch
     from brokerlens.platform.settings import Settings
     from brokerlens.platform.tables import write_table
 

@@ -10,14 +10,11 @@ from datetime import date, datetime, timedelta, timezone
 
 import pytest
 
-from brokerlens.gold.dispatch import (
-    build_dispatch,
-    closing_debt,
-    dispatch_daily,
-    dispatch_periods,
-    limiter_models,
-    worst_scopes,
-)
+from brokerlens.gold.dispatch.build import build_dispatch
+from brokerlens.gold.dispatch.daily import dispatch_daily, worst_scopes
+from brokerlens.gold.dispatch.debt import closing_debt
+from brokerlens.gold.dispatch.models import limiter_models
+from brokerlens.gold.dispatch.periods import dispatch_periods
 from brokerlens.platform.schemas import table_schema
 from brokerlens.platform.tables import read_table, write_table
 
@@ -717,7 +714,7 @@ def test_pulsar_throttle_counters_next_to_the_model(spark):
         stats_row(0, "s2", 0, 1, 0), stats_row(3, "s2", 0, 4, 0),
         stats_row(0, "s3"), stats_row(3, "s3"),
     ])  # fmt: skip
-    from brokerlens.gold.dispatch import throttle_events
+    from brokerlens.gold.dispatch.daily import throttle_events
 
     intervals = [interval("subscription", s, m, topic=t, subscription="s1") for s, m in [(0, 30), (1, 0), (2, 5)]]
     intervals += [interval("subscription", 0, 3, topic=t, subscription="s3")]
@@ -735,7 +732,7 @@ def test_pulsar_throttle_counters_next_to_the_model(spark):
 
 def backlog_rows(spark, points):
     """cursor_snapshots rows: (subscription, seconds from midnight, msg_backlog)."""
-    from brokerlens.gold.dispatch import backlog_intervals
+    from brokerlens.gold.dispatch.cursors import backlog_intervals
 
     t = partition("orders", 0)
     rows = [{"day": D1, "snapshot_at": at(D1, sec), "cluster": "c1", "broker": BROKER, "namespace": "tenant/ns",
@@ -795,7 +792,7 @@ def test_non_backlog_consumers_are_not_charged_when_the_rule_is_off(spark):
     over 30 - 10 = 20, debt 20, so second 2 allows 0 and 5 are over. s3 has no snapshot: charged
     (unknown). The topic (s1 caught up, s2 not) is charged in full: 90 - 10 = 80 over, flagged
     partly. With the rule on (Pulsar's default) s1 is over 20 like the others."""
-    from brokerlens.gold.dispatch import cursor_states
+    from brokerlens.gold.dispatch.cursors import cursor_states
 
     t = partition("orders", 0)
     intervals = [interval("subscription", s, m, topic=t, subscription=sub)
@@ -837,7 +834,7 @@ def test_cursor_turning_backlogged_starts_charging(spark):
     seconds 1..4 at q 10/s: seconds 1 and 4 not charged; seconds 2 and 3 charged: 30 over 10
     allowed = 20 over (debt 20), then allowed 0, 30 over (debt 20 - 10 + 30 = 40); second 4 is
     not charged and owes 40 - 10 = 30 after it (the debt drains, nothing is added)."""
-    from brokerlens.gold.dispatch import cursor_states
+    from brokerlens.gold.dispatch.cursors import cursor_states
 
     t = partition("orders", 0)
     intervals = [interval("subscription", s, 30, topic=t, subscription="s1") for s in (1, 2, 3, 4)]
@@ -871,7 +868,7 @@ def test_counting_rules_from_broker_config_over_settings(spark):
     record turns filtered entries on for every broker; b2 has only that, the rest from settings
     (a non-backlog default of false here); b3 set the non-backlog rule on, then removed its
     config: settings again."""
-    from brokerlens.gold.dispatch import counting_rules
+    from brokerlens.gold.dispatch.models import counting_rules
 
     def cfg(broker, config, seconds=0, removed=False):
         return {"day": D1, "effective_at": at(D1, seconds), "cluster": "c1", "kind": "broker-config",

@@ -13,7 +13,7 @@ from brokerlens.platform.stage import StageResult
 # Order matters: gold steps read the silver tables of the day. (layer, step, target)
 BUILD_STEPS: tuple[tuple[str, str, str], ...] = (
     ("silver", "silver", "brokerlens.silver.build:build_silver"),
-    ("gold", "dispatch", "brokerlens.gold.dispatch:build_dispatch"),
+    ("gold", "dispatch", "brokerlens.gold.dispatch.build:build_dispatch"),
     ("gold", "holes", "brokerlens.gold.holes.build:build_holes"),
     ("gold", "producers", "brokerlens.gold.producers.build:build_producers"),
 )

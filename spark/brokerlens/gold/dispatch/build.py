@@ -1,0 +1,139 @@
+"""Build step of dispatch throttling: ``dispatch_periods``, ``debt_state`` and ``dispatch_daily``
+for a day from the previous day's closing debt, re-building the following built days while the
+closing debt keeps changing."""
+
+from __future__ import annotations
+
+import logging
+from datetime import date, timedelta
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from brokerlens.gold.brokers import version_metrics
+from brokerlens.platform.settings import Settings
+from brokerlens.platform.stage import StageResult
+from brokerlens.platform.tables import merge_table, read_table, write_table
+
+from .cursors import backlog_intervals, cursor_states
+from .daily import dispatch_daily, throttle_events, worst_scope_lines
+from .debt import closing_debt
+from .models import BACKLOGGED_THRESHOLD_KEY, FILTERED_KEY, NON_BACKLOG_KEY, counting_rules, limiter_models
+from .periods import dispatch_periods
+from .scopes import SCOPE
+
+log = logging.getLogger(__name__)
+
+
+def build_dispatch(day: date, settings: Settings) -> StageResult:
+    """Build step: ``dispatch_periods``, ``debt_state`` and ``dispatch_daily`` for ``day``.
+
+    Starts from the closing debt of ``day - 1`` in ``debt_state`` (zero debt if that day was
+    not built). If ``day``'s closing debt changes and ``day + 1`` is already built, ``day + 1``
+    is re-built from it, and so on: later days never keep a debt computed from an outdated
+    day. The cascade stops at the first day whose closing debt does not change.
+    """
+    result = StageResult("build dispatch", day)
+    built = _built_days(settings)
+    current, first = day, True
+    while True:
+        changed = _build_one(current, settings, result, summary=first)
+        following = current + timedelta(days=1)
+        if not changed or following not in built:
+            break
+        result.lines.append(
+            f"dispatch: closing debt of {current} changed; re-building {following} from it"
+        )
+        log.info("closing debt of %s changed: re-building %s", current, following)
+        current, first = following, False
+    if current != day:
+        result.metrics["dispatch_days_rebuilt"] = (current - day).days
+    return result
+
+
+def _built_days(settings: Settings) -> set[date]:
+    state = read_table("debt_state", settings=settings)
+    return {r["day"] for r in state.select("day").distinct().collect()}  # one row per built day
+
+
+def _build_one(day: date, settings: Settings, result: StageResult, summary: bool) -> bool:
+    """Build one day; True when its closing debt differs from the one stored before."""
+    intervals = read_table("dispatch_intervals", settings=settings).where(F.col("day") == F.lit(day))
+    limits = read_table("rate_limits", settings=settings).where(F.col("day") == F.lit(day))
+    state = read_table("debt_state", settings=settings)
+    opening = state.where(F.col("day") == F.lit(day - timedelta(days=1))).cache()
+    previous = state.where(F.col("day") == F.lit(day)).cache()
+    previous.count()  # pin the stored closing debt before it is replaced
+
+    models = _day_models(day, settings, intervals, opening).cache()
+    # The day before too: the latest snapshot at or before the day's first periods.
+    snapshots = read_table("cursor_snapshots", settings=settings).where(
+        F.col("day").between(F.lit(day - timedelta(days=1)), F.lit(day))
+    )
+    partition = [{"day": day}]
+    result.writes.append(
+        write_table(
+            dispatch_periods(
+                intervals, limits, opening, models, backlog_intervals(snapshots), cursor_states(snapshots, models)
+            ),
+            "dispatch_periods",
+            "replace",
+            partition,
+            settings=settings,
+        )
+    )
+    periods = read_table("dispatch_periods", settings=settings).where(F.col("day") == F.lit(day))
+    closing = closing_debt(periods, limits, opening, day).cache()
+    old = previous.select(*SCOPE, "debt_msgs", "debt_bytes")
+    new = closing.select(*SCOPE, "debt_msgs", "debt_bytes")
+    changed = bool(old.exceptAll(new).limit(1).count() or new.exceptAll(old).limit(1).count())
+    result.writes.append(merge_table(closing, "debt_state", partition, settings=settings))
+    topic_stats = read_table("bronze_topic_stats", settings=settings).where(F.col("day") == F.lit(day))
+    daily = dispatch_daily(periods, opening, closing, day, throttle_events(topic_stats), models)
+    result.writes.append(write_table(daily, "dispatch_daily", "replace", partition, settings=settings))
+    if summary:
+        stored = read_table("dispatch_daily", settings=settings).where(F.col("day") == F.lit(day))
+        totals = stored.agg(
+            F.count(F.lit(1)).alias("scopes"),
+            F.sum((F.col("periods_over") > 0).cast("int")).alias("scopes_over"),
+            F.sum(F.col("periods_starved")).alias("periods_starved"),
+        ).first()
+        result.metrics.update(
+            dispatch_scopes=totals["scopes"],
+            dispatch_scopes_over=totals["scopes_over"] or 0,
+            dispatch_periods_starved=totals["periods_starved"] or 0,
+        )
+        result.lines.extend(worst_scope_lines(stored))
+        result.lines.extend(
+            f"dispatch: {r['cluster']} {r['broker']}: {r['limiter_model']} limiter ({r['limiter_model_source']}); "
+            f"non-backlog consumers {'charged' if r['throttle_non_backlog'] else 'not charged'}, filtered entries "
+            f"{'charged' if r['throttle_filtered'] else 'not charged'} ({r['counting_rules_source']})"
+            for r in models.orderBy("cluster", "broker").collect()  # one row per broker
+        )
+        if opening.limit(1).count() == 0:
+            result.lines.append(
+                f"dispatch: no debt_state rows for {day - timedelta(days=1)}: started from zero debt"
+            )
+    opening.unpersist()
+    previous.unpersist()
+    closing.unpersist()
+    models.unpersist()
+    return changed
+
+
+def _day_models(day: date, settings: Settings, intervals: DataFrame, opening: DataFrame) -> DataFrame:
+    """``limiter_models`` and ``counting_rules`` for the brokers with dispatch rows or carried debt
+    on ``day``."""
+    brokers = intervals.select("cluster", "broker").unionByName(opening.select("cluster", "broker")).distinct()
+    policies = read_table("bronze_policies", settings=settings).where(F.col("day") <= F.lit(day))
+    metrics = version_metrics(day, settings)
+    cfg = settings.dispatch
+    defaults = {
+        NON_BACKLOG_KEY: cfg.dispatch_throttling_on_non_backlog_consumer_enabled,
+        FILTERED_KEY: cfg.dispatch_throttling_for_filtered_entries_enabled,
+        BACKLOGGED_THRESHOLD_KEY: cfg.managed_ledger_cursor_backlogged_threshold,
+    }
+    rules = counting_rules(brokers, policies, day, defaults)
+    return limiter_models(brokers, policies, metrics, day, cfg.limiter_model).join(
+        rules, ["cluster", "broker"], "left"
+    )

@@ -1,0 +1,161 @@
+"""What each broker's dispatch rate limiter is and what it charges: the limiter model (classic
+``RateLimiter`` or ``AsyncTokenBucket``) and the counting rules of broker.conf, from the broker's
+config, the settings and its Pulsar version; and both put on each row by its broker."""
+
+from __future__ import annotations
+
+from datetime import date, timedelta
+
+from pyspark.sql import DataFrame, Window
+from pyspark.sql import functions as F
+
+from brokerlens.gold.brokers import version_choice
+
+CLASSIC, TOKEN_BUCKET = "classic", "token-bucket"
+FACTORY_KEY = "dispatchRateLimiterFactoryClassName"
+# Pulsar 3.2 (PIP-322) replaced the classic RateLimiter with AsyncTokenBucket.
+TOKEN_BUCKET_SINCE = (3, 2)
+
+
+def _broker_config(brokers: DataFrame, policies: DataFrame, keys: list[str], day: date) -> DataFrame:
+    """(cluster, broker, one column per key): each key's value (text) in the broker's config by the
+    end of ``day``: the latest bronze_policies broker-config record that sets or removes the key, a
+    record for the broker over one without a broker (which holds for every broker of the
+    cluster); null when never set, or removed."""
+    end = F.to_timestamp(F.lit((day + timedelta(days=1)).isoformat()))
+    latest = Window.partitionBy("cluster", "broker").orderBy(F.col("effective_at").desc())
+    config = policies.where((F.col("kind") == "broker-config") & (F.col("effective_at") < end))
+    out = brokers
+    for i, key in enumerate(keys):
+        found = (
+            config.where(F.col("removed") | F.map_contains_key("broker_config", F.lit(key)))
+            .withColumn("_n", F.row_number().over(latest))
+            .where("_n = 1")
+            .select(
+                F.col("cluster").alias("f_cluster"),
+                F.col("broker").alias("f_broker"),
+                F.when(~F.col("removed"), F.col("broker_config")[key]).alias("f_value"),
+            )
+        )
+        specific = found.where(F.col("f_broker").isNotNull()).select(
+            F.col("f_cluster").alias(f"s{i}_cluster"), F.col("f_broker").alias(f"s{i}_broker"),
+            F.col("f_value").alias(f"s{i}_value"),
+        )  # fmt: skip
+        wide = found.where(F.col("f_broker").isNull()).select(
+            F.col("f_cluster").alias(f"w{i}_cluster"), F.col("f_value").alias(f"w{i}_value")
+        )
+        out = (
+            out.join(
+                specific,
+                (F.col("cluster") == F.col(f"s{i}_cluster")) & (F.col("broker") == F.col(f"s{i}_broker")),
+                "left",
+            )
+            .join(wide, F.col("cluster") == F.col(f"w{i}_cluster"), "left")
+            .withColumn(key, F.coalesce(f"s{i}_value", f"w{i}_value"))
+            .drop(f"s{i}_cluster", f"s{i}_broker", f"s{i}_value", f"w{i}_cluster", f"w{i}_value")
+        )
+    return out
+
+
+def limiter_models(
+    brokers: DataFrame, policies: DataFrame, metrics: DataFrame, day: date, override: str = "auto"
+) -> DataFrame:
+    """The dispatch rate limiter each broker runs on ``day``: (cluster, broker, limiter_model,
+    limiter_model_source).
+
+    ``override`` (settings ``dispatch.limiter_model``) > broker config
+    ``dispatchRateLimiterFactoryClassName`` (``_broker_config``) > the broker's version
+    (``pulsar_version_info{version}`` in bronze_metrics, latest sample by the end of the day:
+    >= 3.2 token bucket) > classic. ``brokers``: the (cluster, broker) pairs to resolve.
+    """
+    if override != "auto":
+        return brokers.select(
+            "cluster", "broker", F.lit(override).alias("limiter_model"), F.lit("settings").alias("limiter_model_source")
+        )
+    versions = version_choice(metrics, day, TOKEN_BUCKET_SINCE, TOKEN_BUCKET, CLASSIC)
+    factory = F.col(FACTORY_KEY)
+    # Pulsar's factories: DispatchRateLimiterFactoryClassic / ...AsyncTokenBucket.
+    config = (
+        F.when(factory.endswith("Classic"), F.lit(CLASSIC))
+        .when(factory.endswith("AsyncTokenBucket"), F.lit(TOKEN_BUCKET))
+    )
+    resolved = _broker_config(brokers, policies, [FACTORY_KEY], day).join(
+        versions, (F.col("cluster") == F.col("v_cluster")) & (F.col("broker") == F.col("v_broker")), "left"
+    )
+    return resolved.select(
+        "cluster",
+        "broker",
+        F.coalesce(config, F.col("v_choice"), F.lit(CLASSIC)).alias("limiter_model"),
+        F.when(config.isNotNull(), F.lit(f"broker-config {FACTORY_KEY}"))
+        .when(F.col("v_choice").isNotNull(), F.col("v_source"))
+        .otherwise(F.lit("default"))
+        .alias("limiter_model_source"),
+    )
+
+
+# Pulsar's counting rules (ServiceConfiguration; AbstractBaseDispatcher
+# acquirePermitsForDeliveredMessages and filterEntriesForConsumer, PersistentTopic
+# checkBackloggedCursors): broker.conf key -> (column, Spark type, Pulsar's default).
+NON_BACKLOG_KEY = "dispatchThrottlingOnNonBacklogConsumerEnabled"
+FILTERED_KEY = "dispatchThrottlingForFilteredEntriesEnabled"
+BACKLOGGED_THRESHOLD_KEY = "managedLedgerCursorBackloggedThreshold"
+COUNTING_RULES = {
+    NON_BACKLOG_KEY: ("throttle_non_backlog", "boolean", True),
+    FILTERED_KEY: ("throttle_filtered", "boolean", False),
+    BACKLOGGED_THRESHOLD_KEY: ("cursor_backlogged_threshold", "bigint", 1000),
+}
+
+
+def counting_rules(brokers: DataFrame, policies: DataFrame, day: date, defaults: dict | None = None) -> DataFrame:
+    """What each broker charges to its dispatch limiters on ``day``: (cluster, broker,
+    throttle_non_backlog, throttle_filtered, cursor_backlogged_threshold, counting_rules_source).
+
+    The broker's config (``_broker_config``) > ``defaults`` ({broker.conf key: value}, from
+    settings ``dispatch``) > Pulsar's defaults. A value that does not parse is ignored."""
+    defaults = defaults or {}
+    keys = list(COUNTING_RULES)
+    config = _broker_config(brokers, policies, keys, day)
+    columns, from_config = [], []
+    for key, (name, kind, pulsar_default) in COUNTING_RULES.items():
+        text = F.lower(F.trim(F.col(key)))
+        parsed = (
+            F.when(text == "true", F.lit(True)).when(text == "false", F.lit(False))
+            if kind == "boolean"
+            else F.when(text.rlike(r"^-?\d+$"), text.cast("bigint"))
+        )
+        columns.append(F.coalesce(parsed, F.lit(defaults.get(key, pulsar_default)).cast(kind)).alias(name))
+        from_config.append(F.when(parsed.isNotNull(), F.lit(key)))
+    listed = F.concat_ws(", ", *from_config)
+    return config.select(
+        "cluster",
+        "broker",
+        *columns,
+        F.when(listed == "", F.lit("settings")).otherwise(F.concat(F.lit("broker-config "), listed)).alias(
+            "counting_rules_source"
+        ),
+    )
+
+
+def with_model(rows: DataFrame, models: DataFrame | None) -> DataFrame:
+    """``limiter_model`` and the counting rules (``counting_rules``) per row from its broker:
+    classic and Pulsar's defaults where ``models`` has none."""
+    rules = {name: default for name, _, default in COUNTING_RULES.values()}
+    if models is None:
+        for c, default in rules.items():
+            rows = rows.withColumn(c, F.lit(default))
+        return rows.withColumn("limiter_model", F.lit(CLASSIC))
+    carried = [c for c in rules if c in models.columns]
+    m = models.select(
+        F.col("cluster").alias("m_cluster"),
+        F.col("broker").alias("m_broker"),
+        F.col("limiter_model").alias("m_model"),
+        *[F.col(c).alias(f"m_{c}") for c in carried],
+    )
+    cond = (rows["cluster"] == m["m_cluster"]) & rows["broker"].eqNullSafe(m["m_broker"])
+    joined = rows.join(F.broadcast(m), cond, "left").withColumn(
+        "limiter_model", F.coalesce("m_model", F.lit(CLASSIC))
+    )
+    for c, default in rules.items():
+        value = F.coalesce(F.col(f"m_{c}"), F.lit(default)) if c in carried else F.lit(default)
+        joined = joined.withColumn(c, value)
+    return joined.drop("m_cluster", "m_broker", "m_model", *[f"m_{c}" for c in carried])
