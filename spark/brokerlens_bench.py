@@ -40,7 +40,8 @@ import psutil
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-log = logging.getLogger("brokerlens_bench")  # also when run as __main__
+# Under the "brokerlens" logger, which logs.configure sets to INFO (also when run as __main__).
+log = logging.getLogger("brokerlens.bench")
 
 PERIODS_PER_DAY = 86_400  # ratePeriodInSecond = 1 (Pulsar's default)
 SUBSCRIPTIONS_PER_PARTITION = 3
