@@ -1,7 +1,8 @@
-"""What a broker runs: its Pulsar version from the ``pulsar_version_info`` metric.
+"""What a broker runs: its Pulsar version from the ``pulsar_version_info`` metric, and its
+broker.conf values from the ``broker-config`` policy records.
 
-Several models depend on the broker's version (the dispatch rate limiter in ``dispatch``, the
-ack-state persistence format in ``holes``); both resolve it here, the same way.
+Several models depend on both (the dispatch rate limiter and counting rules in ``dispatch``, the
+ack-state persistence in ``holes``); they resolve them here, the same way.
 """
 
 from __future__ import annotations
@@ -17,6 +18,43 @@ from brokerlens.platform.tables import read_table
 _VERSION = r"^(\d+)\.(\d+)"
 # Days of bronze_metrics searched back for the broker's pulsar_version_info.
 VERSION_LOOKBACK_DAYS = 7
+
+
+def broker_config_at(
+    rows: DataFrame, policies: DataFrame, keys: list[str], row_key: list[str], at: Column
+) -> DataFrame:
+    """(``row_key``, one text column per broker.conf key in ``keys``): the value in force at ``at``
+    for each of ``rows`` (which have ``cluster`` and ``broker``), from ``policies``
+    (bronze_policies rows).
+
+    A broker-config record holds for its scope, one broker or (``broker`` null) every broker of
+    the cluster, from its ``effective_at`` until the next record of that scope that sets the key
+    or removes the scope's config (DESIGN.md "Landing formats"). The broker's own value wins over
+    the cluster's; once the broker's is removed, the cluster's holds again. Null: never set.
+    """
+    config = policies.where(F.col("kind") == "broker-config").select(
+        F.col("cluster").alias("p_cluster"),
+        F.col("broker").alias("p_broker"),
+        "effective_at",
+        "removed",
+        "broker_config",
+    )
+    matched = rows.select(*dict.fromkeys([*row_key, "cluster", "broker"]), at.alias("_at")).join(
+        F.broadcast(config),
+        (F.col("p_cluster") == F.col("cluster"))
+        & (F.col("p_broker").isNull() | (F.col("p_broker") == F.col("broker")))
+        & (F.col("effective_at") <= F.col("_at")),
+    )
+
+    def latest(key: str, of_broker: bool) -> Column:
+        # max_by skips rows whose ordering is null: records of the other scope, or that do not
+        # mention the key; a removal's value is null.
+        scope = F.col("p_broker").isNotNull() if of_broker else F.col("p_broker").isNull()
+        sets = F.col("removed") | F.map_contains_key("broker_config", F.lit(key))
+        value = F.when(~F.col("removed"), F.col("broker_config")[key])
+        return F.max_by(value, F.when(scope & sets, F.col("effective_at")))
+
+    return matched.groupBy(*row_key).agg(*(F.coalesce(latest(k, True), latest(k, False)).alias(k) for k in keys))
 
 
 def version_metrics(day: date, settings: Settings | None = None) -> DataFrame:

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from datetime import date, timedelta
 
-from pyspark.sql import DataFrame, Window
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from brokerlens.gold.brokers import version_choice
+from brokerlens.gold.brokers import broker_config_at, version_choice
 
 CLASSIC, TOKEN_BUCKET = "classic", "token-bucket"
 FACTORY_KEY = "dispatchRateLimiterFactoryClassName"
@@ -17,44 +17,12 @@ FACTORY_KEY = "dispatchRateLimiterFactoryClassName"
 TOKEN_BUCKET_SINCE = (3, 2)
 
 
-def _broker_config(brokers: DataFrame, policies: DataFrame, keys: list[str], day: date) -> DataFrame:
-    """(cluster, broker, one column per key): each key's value (text) in the broker's config by the
-    end of ``day``: the latest bronze_policies broker-config record that sets or removes the key, a
-    record for the broker over one without a broker (which holds for every broker of the
-    cluster); null when never set, or removed."""
-    end = F.to_timestamp(F.lit((day + timedelta(days=1)).isoformat()))
-    latest = Window.partitionBy("cluster", "broker").orderBy(F.col("effective_at").desc())
-    config = policies.where((F.col("kind") == "broker-config") & (F.col("effective_at") < end))
-    out = brokers
-    for i, key in enumerate(keys):
-        found = (
-            config.where(F.col("removed") | F.map_contains_key("broker_config", F.lit(key)))
-            .withColumn("_n", F.row_number().over(latest))
-            .where("_n = 1")
-            .select(
-                F.col("cluster").alias("f_cluster"),
-                F.col("broker").alias("f_broker"),
-                F.when(~F.col("removed"), F.col("broker_config")[key]).alias("f_value"),
-            )
-        )
-        specific = found.where(F.col("f_broker").isNotNull()).select(
-            F.col("f_cluster").alias(f"s{i}_cluster"), F.col("f_broker").alias(f"s{i}_broker"),
-            F.col("f_value").alias(f"s{i}_value"),
-        )  # fmt: skip
-        wide = found.where(F.col("f_broker").isNull()).select(
-            F.col("f_cluster").alias(f"w{i}_cluster"), F.col("f_value").alias(f"w{i}_value")
-        )
-        out = (
-            out.join(
-                specific,
-                (F.col("cluster") == F.col(f"s{i}_cluster")) & (F.col("broker") == F.col(f"s{i}_broker")),
-                "left",
-            )
-            .join(wide, F.col("cluster") == F.col(f"w{i}_cluster"), "left")
-            .withColumn(key, F.coalesce(f"s{i}_value", f"w{i}_value"))
-            .drop(f"s{i}_cluster", f"s{i}_broker", f"s{i}_value", f"w{i}_cluster", f"w{i}_value")
-        )
-    return out
+def _config_by_end_of(brokers: DataFrame, policies: DataFrame, keys: list[str], day: date) -> DataFrame:
+    """``brokers`` (cluster, broker) with each key's value in the broker's config by the end of
+    ``day`` (null when never set, or removed)."""
+    last_micro = F.to_timestamp(F.lit((day + timedelta(days=1)).isoformat())) - F.expr("INTERVAL 1 MICROSECOND")
+    found = broker_config_at(brokers, policies, keys, ["cluster", "broker"], last_micro)
+    return brokers.join(found, ["cluster", "broker"], "left")
 
 
 def limiter_models(
@@ -64,7 +32,7 @@ def limiter_models(
     limiter_model_source).
 
     ``override`` (settings ``dispatch.limiter_model``) > broker config
-    ``dispatchRateLimiterFactoryClassName`` (``_broker_config``) > the broker's version
+    ``dispatchRateLimiterFactoryClassName`` (``broker_config_at``) > the broker's version
     (``pulsar_version_info{version}`` in bronze_metrics, latest sample by the end of the day:
     >= 3.2 token bucket) > classic. ``brokers``: the (cluster, broker) pairs to resolve.
     """
@@ -79,7 +47,7 @@ def limiter_models(
         F.when(factory.endswith("Classic"), F.lit(CLASSIC))
         .when(factory.endswith("AsyncTokenBucket"), F.lit(TOKEN_BUCKET))
     )
-    resolved = _broker_config(brokers, policies, [FACTORY_KEY], day).join(
+    resolved = _config_by_end_of(brokers, policies, [FACTORY_KEY], day).join(
         versions, (F.col("cluster") == F.col("v_cluster")) & (F.col("broker") == F.col("v_broker")), "left"
     )
     return resolved.select(
@@ -110,11 +78,11 @@ def counting_rules(brokers: DataFrame, policies: DataFrame, day: date, defaults:
     """What each broker charges to its dispatch limiters on ``day``: (cluster, broker,
     throttle_non_backlog, throttle_filtered, cursor_backlogged_threshold, counting_rules_source).
 
-    The broker's config (``_broker_config``) > ``defaults`` ({broker.conf key: value}, from
+    The broker's config (``broker_config_at``) > ``defaults`` ({broker.conf key: value}, from
     settings ``dispatch``) > Pulsar's defaults. A value that does not parse is ignored."""
     defaults = defaults or {}
     keys = list(COUNTING_RULES)
-    config = _broker_config(brokers, policies, keys, day)
+    config = _config_by_end_of(brokers, policies, keys, day)
     columns, from_config = [], []
     for key, (name, kind, pulsar_default) in COUNTING_RULES.items():
         text = F.lower(F.trim(F.col(key)))

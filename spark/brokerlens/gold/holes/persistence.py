@@ -10,7 +10,7 @@ from datetime import date
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from brokerlens.gold.brokers import version_choice, version_metrics
+from brokerlens.gold.brokers import broker_config_at, version_choice, version_metrics
 from brokerlens.platform.settings import AlertOverride, AlertSettings
 from brokerlens.platform.tables import read_table
 
@@ -46,49 +46,15 @@ def _override_chain(
     return value, source
 
 
-def broker_config_at(snapshots: DataFrame, day: date, keys: list[str]) -> DataFrame:
-    """The broker.conf values in force at each snapshot: (snapshot key, one string column per key).
-
-    Per key, the latest broker-config record that sets it (or removes the record) holds from its
-    ``effective_at``; a record for the broker wins over a cluster-wide one (broker null), as in
-    ``dispatch.limiter_models``. Records landed on earlier days stay in force, so every landing
-    day up to ``day`` is read (the table is small).
-    """
-    policies = (
-        read_table("bronze_policies")
-        .filter((F.col("kind") == "broker-config") & (F.col("day") <= F.lit(day)))
-        .select(
-            F.col("cluster").alias("p_cluster"),
-            F.col("broker").alias("p_broker"),
-            "effective_at",
-            "removed",
-            "broker_config",
-        )
-    )
-    matched = snapshots.select(*SNAPSHOT_KEY, "broker").join(
-        F.broadcast(policies),
-        (F.col("p_cluster") == F.col("cluster"))
-        & (F.col("p_broker").isNull() | (F.col("p_broker") == F.col("broker")))
-        & (F.col("effective_at") <= F.col("snapshot_at")),
-    )
-    ordering = F.struct(F.col("p_broker").isNotNull(), F.col("effective_at"))
-    # max_by skips rows whose ordering is null: records that do not mention the key.
-    sets = lambda key: F.col("removed") | F.map_contains_key("broker_config", F.lit(key))  # noqa: E731
-    return matched.groupBy(*SNAPSHOT_KEY).agg(
-        *(
-            F.max_by(F.when(~F.col("removed"), F.col("broker_config")[k]), F.when(sets(k), ordering)).alias(k)
-            for k in keys
-        )
-    )
-
-
 def with_persistence(snapshots: DataFrame, day: date, alerts: AlertSettings) -> DataFrame:
     """The persistence settings in force per snapshot: ``cap``/``cap_source`` (settings override >
     broker config > ``alerts.default_cap``), ``metadata_store_cap`` (broker config > 1,000) and
     ``persist_mode``/``persist_mode_source`` (settings ``alerts.persist_mode`` > broker config
     ``managedLedgerPersistIndividualAckAsLongArray`` > the broker's version, >= 4.1 long-array >
     ranges), chosen like the dispatch limiter model."""
-    config = broker_config_at(snapshots, day, [CAP_KEY, METADATA_STORE_CAP_KEY, LONG_ARRAY_KEY])
+    policies = read_table("bronze_policies").where(F.col("day") <= F.lit(day))  # earlier days' records hold on
+    keys = [CAP_KEY, METADATA_STORE_CAP_KEY, LONG_ARRAY_KEY]
+    config = broker_config_at(snapshots, policies, keys, SNAPSHOT_KEY, F.col("snapshot_at"))
     positive = lambda key: F.when(F.col(key).try_cast("bigint") > 0, F.col(key).try_cast("bigint"))  # noqa: E731
     flag = F.lower(F.trim(F.col(LONG_ARRAY_KEY)))
     versions = version_choice(version_metrics(day), day, LONG_ARRAY_SINCE, LONG_ARRAY, RANGES)
