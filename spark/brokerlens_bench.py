@@ -707,8 +707,28 @@ def bench_days(
     }
 
 
+def landing_floor(spark, landing_day: Path, out: Path) -> int:
+    """The floor for ``land``: a plain Spark pass over the same landing files, each kind read
+    the simplest way (the JSON reader, multi-line for the stats files; the text reader for
+    Prometheus metrics) and written as Parquet, with no checks, envelopes or quarantine."""
+    from brokerlens.land import PARSERS
+
+    rows = 0
+    for parser in PARSERS:
+        paths = [str(p) for p in sorted((landing_day / parser.KIND).glob("*")) if p.name.endswith(parser.SUFFIXES)]
+        if not paths:
+            continue
+        if parser.KIND == "metrics":
+            frame = spark.read.text(paths)
+        else:
+            frame = spark.read.json(paths, multiLine=parser.WHOLE_FILE)
+        rows += write_out(frame, out / parser.KIND)
+    return rows
+
+
 def bench_landing(bench: Bench, work: Path, scales: tuple[float, ...], day: date) -> list[dict]:
-    """demo-data landing files, then ``land`` (landing → bronze), timed per demo scale."""
+    """demo-data landing files, then their floor (``landing_floor``) and ``land`` (landing →
+    bronze) side by side, per demo scale."""
     from brokerlens.land import land_day
     from brokerlens.platform.settings import Settings
     from brokerlens.sources.demo import generate_day as demo_day
@@ -728,7 +748,10 @@ def bench_landing(bench: Bench, work: Path, scales: tuple[float, ...], day: date
             landed.update(result.metrics)
             return sum(w.rows for w in result.writes if w.rows > 0)
 
+        floor = bench.measure(lambda: landing_floor(bench.spark, settings.landing / day.isoformat(), work / "out-floor"))
         entry = {"scale": scale, "demo_seconds": round(generated, 2), **bench.measure(land)}
+        entry["floor"] = floor
+        entry["land/floor"] = ratio(entry, floor)
         entry["landing_files_mb"] = round(
             sum(p.stat().st_size for p in (settings.landing / day.isoformat()).rglob("*") if p.is_file()) / 2**20, 1
         )
