@@ -28,6 +28,9 @@ UNREADABLE_FILE = "unreadable-file"
 PRIORITY = [MALFORMED_JSON, MALFORMED_LINE, MISSING_FIELD, WRONG_TYPE, UNKNOWN_ENUM, NEGATIVE_COUNTER, OUTSIDE_DAY, DUPLICATE]
 
 RAW_LIMIT = 64 * 1024  # quarantine.raw is truncated to 64 KiB
+# Repeated records (hash, first file and line: ~150 bytes each) broadcast to the duplicate
+# check's join up to this many: ~150 MB at most on the driver and each executor.
+BROADCAST_REPEATS = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -162,7 +165,9 @@ def first_problem(problems: list[tuple[int, Column, str, Column]]) -> Column:
 def mark_duplicates(records: DataFrame, within_file: bool = False) -> DataFrame:
     """Add ``duplicate_of`` (file:line of the first copy) to records whose raw text repeats.
 
-    Only hashes and positions are shuffled, not the records themselves.
+    Only hashes and positions are shuffled, never the records: the repeated hashes are found
+    first (one Spark job). Most days have none, and then the records are not joined at all;
+    otherwise the repeats are broadcast to the records when few, joined by a shuffle when not.
     """
     scope = ["source_file"] if within_file else []
     keyed = records.withColumn("_hash", F.sha2("raw", 256))
@@ -174,7 +179,10 @@ def mark_duplicates(records: DataFrame, within_file: bool = False) -> DataFrame:
         .where("_n > 1")
         .drop("_n")
     )
-    joined = keyed.join(first, [*scope, "_hash"], "left")
+    repeated = first.count()
+    if repeated == 0:
+        return records.withColumn("duplicate_of", F.lit(None).cast("string"))
+    joined = keyed.join(F.broadcast(first) if repeated <= BROADCAST_REPEATS else first, [*scope, "_hash"], "left")
     is_copy = F.col("_first").isNotNull() & (
         (F.col("_first.source_file") != F.col("source_file"))
         | (F.col("_first.line") != F.coalesce(F.col("line"), F.lit(0)))

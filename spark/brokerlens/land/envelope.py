@@ -47,12 +47,16 @@ def explode_envelopes(records: DataFrame, day: date) -> DataFrame:
     # compact rendering and an exact copy is found whichever way the files were written.
     is_array = F.ltrim("raw").startswith("[")
     elements = F.from_json(F.when(is_array, F.col("raw")).otherwise(F.concat(F.lit("["), "raw", F.lit("]"))), "array<string>")
-    whole = records.select(
+    # The file's text is kept only where no envelope holds it (not an array of JSON values, or an
+    # empty one: the quarantine row's raw). On every envelope row it multiplied a file's size
+    # by its envelopes, through the duplicate check's shuffle too.
+    parsed = records.withColumn("_elements", elements)  # parsed once, used three times below
+    whole = parsed.select(
         "source_file",
         "ingested_at",
-        F.col("raw").alias("_file_text"),
-        F.when(elements.isNull(), F.lit(True)).alias("_bad_array"),
-        F.posexplode_outer(elements).alias("_pos", "raw"),
+        F.when(F.coalesce(F.size("_elements"), F.lit(0)) == 0, F.col("raw")).alias("_file_text"),
+        F.when(F.col("_elements").isNull(), F.lit(True)).alias("_bad_array"),
+        F.posexplode_outer("_elements").alias("_pos", "raw"),
     )
     # mark_duplicates orders copies by (source_file, line): use the record number meanwhile.
     whole = whole.withColumn("line", (F.col("_pos") + 1).cast("int"))
@@ -113,34 +117,39 @@ def explode_children(
     child_fields: tuple[Field, ...],
     label: str,
     extra_child_problems=lambda child: [],
-) -> tuple[DataFrame, DataFrame]:
+) -> DataFrame:
     """Envelopes → one row per topic partition x child (``subscriptions``, ``cursors``).
 
-    Returns (rows, bad): rows carry ``_ts`` (typed topic stats), ``_tk`` (its raw keys),
-    ``child`` (name, null for a topic without children), ``child_json``, ``_cs`` (typed child)
-    and ``problem``; bad holds quarantine rows for bad envelopes and bad topic stats.
+    Rows carry ``_ts`` (typed topic stats), ``_tk`` (its raw keys), ``child`` (name, null for a
+    topic without children), ``child_json``, ``_cs`` (typed child), ``raw`` and ``problem``. A
+    bad envelope or bad topic stats is one row with its problem and no child.
+
+    No row is filtered out here: a filter under these projections gets the JSON parses inlined
+    into its condition, where Spark evaluates each one again (up to ~150 parses per row).
     """
     env = explode_envelopes(records, day)
-    bad_envelopes = env.where(F.col("problem").isNotNull()).select("source_file", "line", "ingested_at", "raw", "problem")
+    good = F.col("problem").isNull()
     topic_keys, topic = parse_object(F.col("stats"), topic_fields)
-    topics = env.where(F.col("problem").isNull()).withColumns({"_tk": topic_keys, "_ts": topic})
+    topics = env.withColumns({"_tk": F.when(good, topic_keys), "_ts": F.when(good, topic)})
     topic_problem = first_problem(
         [*malformed_json(F.col("stats"), F.col("_tk")), *field_problems(F.col("_tk"), F.col("_ts"), topic_fields, day)]
     )
-    topics = topics.withColumn("_topic_problem", topic_problem)
-    bad_topics = topics.where(F.col("_topic_problem").isNotNull()).select(
-        "source_file",
-        "line",
-        "ingested_at",
-        F.col("stats").alias("raw"),
-        F.struct(
-            F.col("_topic_problem.reason").alias("reason"),
-            F.concat(F.col("topic"), F.lit(": "), F.col("_topic_problem.detail")).alias("detail"),
-        ).alias("problem"),
+    topics = topics.withColumns(
+        {
+            "raw": F.when(good, F.col("stats")).otherwise(F.col("raw")),
+            "problem": F.when(
+                good,
+                F.when(
+                    topic_problem.isNotNull(),
+                    F.struct(
+                        topic_problem["reason"].alias("reason"),
+                        F.concat(F.col("topic"), F.lit(": "), topic_problem["detail"]).alias("detail"),
+                    ),
+                ),
+            ).otherwise(F.col("problem")),
+        }
     )
-    rows = topics.where(F.col("_topic_problem").isNull()).select(
-        "*", F.explode_outer(F.col("_ts")[children]).alias("child", "child_json")
-    )
+    rows = topics.select("*", F.explode_outer(F.when(good, F.col("_ts")[children])).alias("child", "child_json"))
     child_keys, child = parse_object(F.col("child_json"), child_fields)
     rows = rows.withColumns({"_ck": child_keys, "_cs": child})
     has_child = F.col("child").isNotNull()
@@ -154,14 +163,15 @@ def explode_children(
             ]
         ]
     )
-    rows = rows.withColumn(
-        "problem",
-        F.when(
-            child_problem.isNotNull(),
-            F.struct(
-                child_problem["reason"].alias("reason"),
-                F.concat(F.col("topic"), F.lit(f" {label} "), F.col("child"), F.lit(": "), child_problem["detail"]).alias("detail"),
-            ),
-        ),
-    ).withColumn("raw", F.coalesce("child_json", "stats"))
-    return rows, bad_envelopes.unionByName(bad_topics)
+    return rows.withColumns(
+        {
+            "problem": F.when(
+                good & child_problem.isNotNull(),
+                F.struct(
+                    child_problem["reason"].alias("reason"),
+                    F.concat(F.col("topic"), F.lit(f" {label} "), F.col("child"), F.lit(": "), child_problem["detail"]).alias("detail"),
+                ),
+            ).otherwise(F.col("problem")),
+            "raw": F.coalesce("child_json", "raw"),
+        }
+    )

@@ -64,7 +64,7 @@ def _position_problems(cursor: F.Column) -> list:
 
 
 def parse(records: DataFrame, day: date) -> DataFrame:
-    rows, bad = explode_children(records, day, TOPIC, "cursors", CURSOR, "cursor", _position_problems)
+    rows = explode_children(records, day, TOPIC, "cursors", CURSOR, "cursor", _position_problems)
     ts, cs = F.col("_ts"), F.col("_cs")
     ledgers = F.filter(ts["ledgers"], lambda ledger: ledger["ledgerId"].isNotNull())
     return rows.select(
@@ -80,4 +80,4 @@ def parse(records: DataFrame, day: date) -> DataFrame:
         F.col("child").alias("cursor"),
         *[cs[f.key].alias(f.name) for f in CURSOR],
         "source_file", "line", "ingested_at", "raw", "problem",
-    ).unionByName(bad, allowMissingColumns=True)
+    )
