@@ -8,12 +8,13 @@ rows replace the day's bronze partition, bad ones the day's ``quarantine`` parti
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from datetime import date
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from brokerlens.platform.progress import track
+from brokerlens.platform.progress import progress
 from brokerlens.platform.schemas import table_schema
 from brokerlens.platform.settings import Settings
 from brokerlens.platform.spark import get_spark
@@ -26,6 +27,7 @@ from .files import landing_files, read_lines, read_whole, split_readable
 
 PARSERS = (topic_stats, internal_stats, dispatch, producer_stats, policies, metrics)
 KINDS = tuple(p.KIND for p in PARSERS)
+LAND_THREADS = 3
 
 
 def land_kind(parser, day: date, settings: Settings) -> tuple[DataFrame, DataFrame, DataFrame]:
@@ -51,16 +53,27 @@ def land_kind(parser, day: date, settings: Settings) -> tuple[DataFrame, DataFra
     return good, bad, parsed
 
 
+def _land_kind_to_bronze(parser, day: date, settings: Settings):
+    good, bad, parsed = land_kind(parser, day, settings)
+    write = write_table(good, parser.TABLE, mode="replace", partitions=[{"day": day}], settings=settings)
+    return write, bad, parsed
+
+
 def land_day(day: date, settings: Settings) -> StageResult:
     result = StageResult("land", day)
     quarantined, parsed_frames = [], []
-    for parser in track(PARSERS, f"land {day}", unit="kinds"):
-        good, bad, parsed = land_kind(parser, day, settings)
-        parsed_frames.append(parsed)
-        write = write_table(good, parser.TABLE, mode="replace", partitions=[{"day": day}], settings=settings)
-        result.writes.append(write)
-        result.metrics[f"{parser.KIND}_rows"] = write.rows
-        quarantined.append(bad)
+    # The kinds land in parallel threads: most of a small kind's time is the driver's (plans,
+    # Delta's commit), which then overlaps with the other kinds' Spark jobs.
+    with progress(f"land {day}", total=len(PARSERS), unit="kinds") as step, ThreadPoolExecutor(LAND_THREADS) as pool:
+        futures = [pool.submit(_land_kind_to_bronze, parser, day, settings) for parser in PARSERS]
+        for parser, future in zip(PARSERS, futures):
+            write, bad, parsed = future.result()
+            step.note(parser.KIND)
+            step.advance()
+            parsed_frames.append(parsed)
+            result.writes.append(write)
+            result.metrics[f"{parser.KIND}_rows"] = write.rows
+            quarantined.append(bad)
     everything = quarantined[0]
     for frame in quarantined[1:]:
         everything = everything.unionByName(frame)
