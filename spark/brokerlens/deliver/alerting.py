@@ -28,6 +28,7 @@ from datetime import date, datetime, timezone
 from email.utils import parseaddr
 from fnmatch import fnmatchcase
 from pathlib import Path
+from typing import Sequence
 
 from jinja2 import Environment, PackageLoader, StrictUndefined
 from pyspark.sql import functions as F
@@ -101,7 +102,7 @@ def summary(alerts: list[dict]) -> str:
 
 
 def render(day: date, group: RecipientGroup, alerts: list[dict], cfg: AlertSettings,
-           limiters: list[dict] = ()) -> tuple[str, str, str]:  # fmt: skip
+           limiters: Sequence[dict] = ()) -> tuple[str, str, str]:  # fmt: skip
     """(subject, plain text, HTML) of one group's message. ``limiters``: ``dispatch_limiters`` of
     the day; the summary names those of the clusters the message is about."""
     clusters = {a["cluster"] for a in alerts}
