@@ -26,7 +26,10 @@ import json
 import logging
 import os
 import platform
+import re
 import shutil
+import socket
+import subprocess
 import sys
 import threading
 import time
@@ -789,6 +792,96 @@ def bench_demo_day(bench: Bench, work: Path, scale: float, day: date) -> dict:
     return {"scale": scale, "stages": stages, "total_seconds": round(sum(s["seconds"] for s in stages.values()), 2)}
 
 
+REPO = Path(__file__).resolve().parents[1]
+_STEP_START = re.compile(r"^step \d+ of \S+: (\S+)$")
+_STEP_END = re.compile(r"^step \d+ of \S+: (\S+) (\S+) in \d+ s$")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def spark_applications(events: Path) -> list[dict]:
+    """Each Spark application's start, first job and end (epoch seconds) from its event log."""
+    apps = []
+    for log_path in sorted(events.iterdir()):
+        app: dict = {"first_job": None, "end": None}
+        # Spark 4 writes a folder per application (eventlog_v2_<app>/events_<n>_<app>) by default.
+        parts = sorted(log_path.glob("events_*")) if log_path.is_dir() else [log_path]
+        for part in parts:
+            for line in part.read_text().splitlines():
+                event = json.loads(line)
+                kind = event["Event"]
+                if kind == "SparkListenerApplicationStart":
+                    app["start"] = event["Timestamp"] / 1000
+                elif kind == "SparkListenerJobStart" and app["first_job"] is None:
+                    app["first_job"] = event["Submission Time"] / 1000
+                elif kind == "SparkListenerApplicationEnd":
+                    app["end"] = event["Timestamp"] / 1000
+        if "start" in app:
+            apps.append(app)
+    return sorted(apps, key=lambda a: a["start"])
+
+
+def bench_dag(work: Path, day: date) -> dict:
+    """The demo day through the real daily DAG, as ``make run`` runs it (``infra/stack.sh run-day
+    --demo-data``: ``airflow dags test``, each stage a spark-submit, mail to the stack's SMTP
+    sink). Per task: wall seconds, and the stage's fixed cost, from the task's start to its first
+    Spark job, split at the SparkContext's start (JVM, Python, imports, session) from Spark's
+    event log."""
+    home = work / "dag-home"
+    shutil.rmtree(home, ignore_errors=True)
+    events = home / "spark-events"
+    events.mkdir(parents=True)
+    env = {
+        **os.environ,
+        "BROKERLENS_HOME": str(home),
+        "BROKERLENS_SMTP__PORT": str(_free_port()),
+        "PYTHONUNBUFFERED": "1",  # step lines as they happen: their arrival times are measured
+        "BROKERLENS_SPARK__CONF": json.dumps(
+            {"spark.eventLog.enabled": "true", "spark.eventLog.dir": events.as_uri(), "spark.eventLog.compress": "false"}
+        ),
+    }
+    started = dag_started = time.time()
+    tasks: dict[str, dict] = {}
+    output: list[str] = []
+    with subprocess.Popen(
+        [str(REPO / "infra" / "stack.sh"), "run-day", day.isoformat(), "--demo-data"],
+        env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    ) as proc:
+        for line in proc.stdout:
+            now, line = time.time(), line.rstrip()
+            output.append(line)
+            if line.startswith("stack: airflow dags test"):
+                dag_started = now
+            elif end := _STEP_END.match(line):
+                tasks.setdefault(end[1], {"start": now}).update(end=now, state=end[2])
+            elif start := _STEP_START.match(line):
+                tasks[start[1]] = {"start": now}
+    wall = time.time() - started
+    if proc.returncode != 0:
+        raise RuntimeError(f"run-day exited {proc.returncode}: " + " | ".join(output[-5:]))
+    apps = spark_applications(events)
+    stages = {}
+    for task, t in tasks.items():
+        entry = {"state": t.get("state"), "seconds": round(t.get("end", t["start"]) - t["start"], 1)}
+        app = next((a for a in apps if t["start"] <= a["start"] <= t.get("end", wall + started)), None)
+        if app and app["first_job"]:
+            entry["fixed_seconds"] = round(app["first_job"] - t["start"], 1)
+            entry["to_spark_context_seconds"] = round(app["start"] - t["start"], 1)
+            entry["spark_context_to_first_job_seconds"] = round(app["first_job"] - app["start"], 1)
+        stages[task] = entry
+    shutil.rmtree(home, ignore_errors=True)
+    return {
+        "day": day.isoformat(),
+        "wall_seconds": round(wall, 1),  # demo data, Airflow's database, the DAG run
+        "dag_seconds": round(started + wall - dag_started, 1),  # `airflow dags test` alone
+        "tasks": stages,
+    }
+
+
 def _guarded(what: str, fn: Callable[[], object]) -> object:
     try:
         return fn()
@@ -836,6 +929,7 @@ def run(
     command: str = "brokerlens_bench.run",
     variant_sizes: tuple[int, ...] = (),
     demo_day_scale: float | None = 1.0,
+    dag: bool = False,
     spark=None,
 ) -> dict:
     """The whole benchmark; writes the results to ``out`` (JSON) and returns them."""
@@ -883,6 +977,10 @@ def run(
             save()
         if demo_day_scale:
             results["demo_day"] = _guarded("demo_day", lambda: bench_demo_day(bench, work, demo_day_scale, day))
+            save()
+        if dag:
+            results["dag"] = _guarded("dag", lambda: bench_dag(work, day))
+        results["targets"] = targets(results)
     finally:
         bench.close()
     results["complete"] = True
@@ -891,6 +989,22 @@ def run(
     save()
     shutil.rmtree(work, ignore_errors=True)
     return results
+
+
+def targets(results: dict) -> dict:
+    """Issue 16's figures side by side: land / its floor per demo scale, dispatch_periods / the
+    plain pass and / DuckDB at the largest size, the DAG's wall time."""
+    out: dict = {}
+    for entry in results.get("landing") if isinstance(results.get("landing"), list) else []:
+        out[f"land/floor at demo scale {entry['scale']:g} ({entry['landing_files_mb']} MB)"] = entry["land/floor"]
+    if results["sizes"]:
+        largest = max(results["sizes"], key=lambda size: size["input_rows"])
+        for name in ("dispatch_periods/plain_pass", "dispatch_periods/duckdb"):
+            out[f"{name} at {largest['input_rows']:,} records"] = largest["ratios"][name]
+    dag = results.get("dag")
+    if isinstance(dag, dict) and "tasks" in dag:
+        out["demo day through the DAG, s"] = dag["dag_seconds"]
+    return out
 
 
 def markdown(results: dict) -> str:
@@ -928,6 +1042,21 @@ def markdown(results: dict) -> str:
             + ", ".join(f"{stage} {entry['seconds']} s" for stage, entry in demo["stages"].items())
             + f" (total {demo['total_seconds']} s)."
         )
+    dag = results.get("dag")
+    if isinstance(dag, dict) and "tasks" in dag:
+        lines.append(
+            f"Demo day through the daily DAG (`airflow dags test`, a spark-submit per stage): {dag['dag_seconds']} s "
+            f"({dag['wall_seconds']} s with the demo data and Airflow's database). Per task, wall s (fixed cost: "
+            "start to first Spark job, of which before the SparkContext): "
+            + ", ".join(
+                f"{task} {t['seconds']}" + (f" ({t['fixed_seconds']}, {t['to_spark_context_seconds']})" if "fixed_seconds" in t else "")
+                for task, t in dag["tasks"].items()
+            )
+            + "."
+        )
+    if results.get("targets"):
+        lines += ["", "| issue 16 target | measured |", "|---|---:|"]
+        lines += [f"| {name} | {value} |" for name, value in results["targets"].items()]
     return "\n".join(lines)
 
 
@@ -940,11 +1069,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="topic partitions per size, comma-separated (scopes = 4 x partitions + brokers)")
     parser.add_argument("--days-partitions", type=int, default=DEFAULT_SIZES[1],
                         help="size of the 3 consecutive days built through the table layer (0: skip)")
-    parser.add_argument("--land-scales", default="0.25,1", help="demo-data scales for the landing stage ('' to skip)")
+    parser.add_argument("--land-scales", default="1,10", help="demo-data scales for the landing stage, with its floor ('' to skip)")
     parser.add_argument("--variant-sizes", default=str(DEFAULT_SIZES[1]),
                         help="sizes (partitions) at which the dispatch_periods setting variants also run ('' to skip)")
     parser.add_argument("--demo-day-scale", type=float, default=1.0,
                         help="demo-data scale of the day run through every stage (0: skip)")
+    parser.add_argument("--no-dag", dest="dag", action="store_false",
+                        help="skip the demo day through the daily DAG (infra/stack.sh run-day)")
     parser.add_argument("--latest", type=Path, default=None, help="also copy the results here (e.g. infra/bench/latest.json)")
     args = parser.parse_args(argv)
     logs.configure(0)
@@ -958,6 +1089,7 @@ def main(argv: list[str] | None = None) -> int:
         variant_sizes=tuple(int(s) for s in args.variant_sizes.split(",") if s),
         land_scales=tuple(float(s) for s in args.land_scales.split(",") if s),
         demo_day_scale=args.demo_day_scale or None,
+        dag=args.dag,
         command=" ".join(["python -m brokerlens_bench", *(argv if argv is not None else sys.argv[1:])]),
     )
     if args.latest:

@@ -187,6 +187,13 @@ def test_results_file_shape(spark, tmp_path):
     head, _, rest = table.partition("\n\n")
     assert head.count("\n") == 1 + len(sizes)  # header, rule, one row per size
     assert "Consecutive days through the table layer" in rest
+    # Issue 16's ratios side by side, in the results file and after the table.
+    n = sizes[0]["input_rows"]
+    assert results["targets"] == {
+        f"dispatch_periods/plain_pass at {n:,} records": sizes[0]["ratios"]["dispatch_periods/plain_pass"],
+        f"dispatch_periods/duckdb at {n:,} records": sizes[0]["ratios"]["dispatch_periods/duckdb"],
+    }
+    assert f"| dispatch_periods/duckdb at {n:,} records | {sizes[0]['ratios']['dispatch_periods/duckdb']} |" in rest
 
 
 def test_readme_shows_the_committed_figures():
@@ -197,3 +204,14 @@ def test_readme_shows_the_committed_figures():
     assert latest["complete"] is True
     assert bench.markdown(latest) in readme
     assert latest["command"] in readme
+
+
+def test_spark_applications_from_a_real_event_log():
+    """The DAG section's fixed costs come from Spark's own event log. The fixture is cut from the
+    log Spark 4.1.4 wrote for a `land` run (spark.eventLog.enabled, uncompressed, its default
+    rolling folder layout): the application's start, its first two jobs and its end."""
+    events = Path(__file__).parent / "fixtures" / "spark_events"
+    (app,) = bench.spark_applications(events)
+    # ApplicationStart 1795477516045 ms, first JobStart's Submission Time 1795477518854 ms (not
+    # the second job's 1795477519395), ApplicationEnd 1795477580074 ms.
+    assert app == {"start": 1795477516.045, "first_job": 1795477518.854, "end": 1795477580.074}
