@@ -194,6 +194,11 @@ def test_results_file_shape(spark, tmp_path):
         f"dispatch_periods/duckdb at {n:,} records": sizes[0]["ratios"]["dispatch_periods/duckdb"],
     }
     assert f"| dispatch_periods/duckdb at {n:,} records | {sizes[0]['ratios']['dispatch_periods/duckdb']} |" in rest
+    # A section that raised is kept in the file, said in the summary, and fails `make bench`.
+    assert bench.failed_sections(results) == {}
+    broken = {**results, "dag": {"error": "RuntimeError: stack.sh exited 1"}}
+    assert bench.failed_sections(broken) == {"dag": "RuntimeError: stack.sh exited 1"}
+    assert "The dag section failed: RuntimeError: stack.sh exited 1." in bench.markdown(broken)
 
 
 def test_readme_shows_the_committed_figures():
@@ -202,6 +207,7 @@ def test_readme_shows_the_committed_figures():
     latest = json.loads((root / "infra" / "bench" / "latest.json").read_text())
     readme = (root / "README.md").read_text()
     assert latest["complete"] is True
+    assert bench.failed_sections(latest) == {}
     assert bench.markdown(latest) in readme
     assert latest["command"] in readme
 

@@ -8,7 +8,7 @@ from datetime import date, datetime, timezone
 from pyspark.sql import functions as F
 
 from brokerlens.gold.brokers import broker_config_at
-from brokerlens.gold.dispatch.models import _config_by_end_of
+from brokerlens.gold.dispatch.models import config_by_end_of
 
 K, J = "managedLedgerMaxUnackedRangesToPersist", "dispatchRateLimiterFactoryClassName"
 POLICY = "kind string, cluster string, broker string, effective_at timestamp, removed boolean, broker_config map<string,string>"
@@ -62,6 +62,6 @@ def test_by_the_end_of_the_day_for_every_broker(spark):
     brokers = spark.createDataFrame(
         [("c1", "b1"), ("c1", "b2"), ("c2", "b7"), ("c3", "b9")], "cluster string, broker string"
     )
-    got = {(r["cluster"], r["broker"]): r[K] for r in _config_by_end_of(brokers, policies(spark), [K], date(2026, 11, 21)).collect()}
+    got = {(r["cluster"], r["broker"]): r[K] for r in config_by_end_of(brokers, policies(spark), [K], date(2026, 11, 21)).collect()}
     # 400 takes effect at midnight: the next day's, not this day's.
     assert got == {("c1", "b1"): "300", ("c1", "b2"): "300", ("c2", "b7"): "999", ("c3", "b9"): None}

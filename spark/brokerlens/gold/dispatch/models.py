@@ -17,7 +17,7 @@ FACTORY_KEY = "dispatchRateLimiterFactoryClassName"
 TOKEN_BUCKET_SINCE = (3, 2)
 
 
-def _config_by_end_of(brokers: DataFrame, policies: DataFrame, keys: list[str], day: date) -> DataFrame:
+def config_by_end_of(brokers: DataFrame, policies: DataFrame, keys: list[str], day: date) -> DataFrame:
     """``brokers`` (cluster, broker) with each key's value in the broker's config by the end of
     ``day`` (null when never set, or removed)."""
     last_micro = F.to_timestamp(F.lit((day + timedelta(days=1)).isoformat())) - F.expr("INTERVAL 1 MICROSECOND")
@@ -47,7 +47,7 @@ def limiter_models(
         F.when(factory.endswith("Classic"), F.lit(CLASSIC))
         .when(factory.endswith("AsyncTokenBucket"), F.lit(TOKEN_BUCKET))
     )
-    resolved = _config_by_end_of(brokers, policies, [FACTORY_KEY], day).join(
+    resolved = config_by_end_of(brokers, policies, [FACTORY_KEY], day).join(
         versions, (F.col("cluster") == F.col("v_cluster")) & (F.col("broker") == F.col("v_broker")), "left"
     )
     return resolved.select(
@@ -82,7 +82,7 @@ def counting_rules(brokers: DataFrame, policies: DataFrame, day: date, defaults:
     settings ``dispatch``) > Pulsar's defaults. A value that does not parse is ignored."""
     defaults = defaults or {}
     keys = list(COUNTING_RULES)
-    config = _config_by_end_of(brokers, policies, keys, day)
+    config = config_by_end_of(brokers, policies, keys, day)
     columns, from_config = [], []
     for key, (name, kind, pulsar_default) in COUNTING_RULES.items():
         text = F.lower(F.trim(F.col(key)))
