@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import logging
 import random
+import re
 import time
 import uuid
 from dataclasses import dataclass
@@ -88,7 +89,34 @@ def table_version(name: str, settings: Settings | None = None, spark: SparkSessi
     spark = spark or get_spark(settings)
     if not table_exists(name, settings, spark):
         return None
-    return DeltaTable.forPath(spark, table_location(name, settings)).history(1).first()["version"]
+    return latest_commits(spark, table_location(name, settings), 1)[0][0]
+
+
+_COMMIT_FILE = re.compile(r"(\d{20})\.json")
+
+
+def latest_commits(spark: SparkSession, location: str, limit: int) -> list[tuple[int, dict]]:
+    """The table's newest ``limit`` commits, newest first, as ``(version, commitInfo)``, read
+    straight from the Delta log's commit files (``_delta_log/<version>.json``, one action per
+    line) through Hadoop's FileSystem, so on any storage the lake is on. ``DeltaTable.history``
+    reads the same files but in a Spark job (a second or more each, after every write)."""
+    jvm = spark._jvm
+    log_dir = jvm.org.apache.hadoop.fs.Path(f"{location}/_delta_log")
+    fs = log_dir.getFileSystem(spark._jsc.hadoopConfiguration())
+    versions = sorted(
+        (int(m[1]) for status in fs.listStatus(log_dir) if (m := _COMMIT_FILE.fullmatch(status.getPath().getName()))),
+        reverse=True,
+    )[:limit]
+    commits = []
+    for version in versions:
+        stream = fs.open(jvm.org.apache.hadoop.fs.Path(log_dir, f"{version:020d}.json"))
+        try:
+            text = bytes(stream.readAllBytes()).decode("utf-8")
+        finally:
+            stream.close()
+        info = next((json.loads(line)["commitInfo"] for line in text.splitlines() if line.startswith('{"commitInfo"')), {})
+        commits.append((version, info))
+    return commits
 
 
 def empty_frame(name: str, spark: SparkSession | None = None) -> DataFrame:
@@ -300,16 +328,15 @@ def _result(name: str, write_id: str, row_metrics: tuple[str, ...], settings: Se
             spark: SparkSession, started: float) -> WriteResult:
     """What the commit tagged with ``write_id`` did; skipped when no commit has the tag (a
     transaction Delta had already seen). Concurrent writers may have committed after it."""
-    history = DeltaTable.forPath(spark, table_location(name, settings)).history(20)
     tag = f'"brokerlens.write": "{write_id}"'
-    for row in history.select("version", "userMetadata", "operationMetrics").collect():
-        if row["userMetadata"] and tag in row["userMetadata"]:
-            metrics = row["operationMetrics"] or {}
+    for version, info in latest_commits(spark, table_location(name, settings), 20):
+        if tag in (info.get("userMetadata") or ""):
+            metrics = info.get("operationMetrics") or {}
             rows = sum(int(metrics.get(m, 0)) for m in row_metrics)
             files = int(metrics.get("numFiles", metrics.get("numTargetFilesAdded", 0)))
             seconds = round(time.perf_counter() - started, 3)
-            log.info("%s: committed version %s (%s rows, %s files, %.1fs)", name, row["version"], rows, files, seconds)
-            return WriteResult(name, row["version"], files, rows, seconds=seconds)
+            log.info("%s: committed version %s (%s rows, %s files, %.1fs)", name, version, rows, files, seconds)
+            return WriteResult(name, version, files, rows, seconds=seconds)
     log.info("%s: transaction already committed, nothing written", name)
     return WriteResult(name, None, 0, 0, skipped=True, seconds=round(time.perf_counter() - started, 3))
 
