@@ -11,7 +11,7 @@ import time
 from datetime import date
 from typing import Callable
 
-from brokerlens.platform.settings import Settings, get_settings
+from brokerlens.platform.settings import Settings, get_settings, stage_settings
 from brokerlens.platform.stage import StageResult
 
 log = logging.getLogger(__name__)
@@ -49,7 +49,8 @@ def run_stage(name: str, day: date | None, settings: Settings | None = None, **o
     settings = settings or get_settings()
     started = time.monotonic()
     log.info("%s %s: starting", name, day or "")
-    result = resolve(STAGES[name])(day, settings, **options)
+    with stage_settings(settings):
+        result = resolve(STAGES[name])(day, settings, **options)
     result.metrics.setdefault("seconds", round(time.monotonic() - started, 1))
     log.info("%s %s: done in %ss", name, day or "", result.metrics["seconds"])
     return result
