@@ -121,14 +121,17 @@ def _pos(ledgers: LedgerLayout, offset: int) -> str:
     return f"{int(ledger[0])}:{int(entry[0])}"
 
 
-def format_ranges(ledgers: LedgerLayout, lower: np.ndarray, upper: np.ndarray) -> str:
-    """``[(l:e..l:e], ...]`` for open-closed ranges of global offsets, built column-wise."""
-    lo_ledger, lo_entry = ledgers.locate(lower)
-    hi_ledger, hi_entry = ledgers.locate(upper)
+def range_texts(lo_ledger: np.ndarray, lo_entry: np.ndarray, hi_ledger: np.ndarray, hi_entry: np.ndarray) -> list[str]:
+    """``(l:e..l:e]`` for each open-closed range given by its ends' positions, built column-wise."""
     text = pc.binary_join_element_wise(
         "(", pc.cast(pa.array(lo_ledger), pa.string()), ":", pc.cast(pa.array(lo_entry), pa.string()), "..",
         pc.cast(pa.array(hi_ledger), pa.string()), ":", pc.cast(pa.array(hi_entry), pa.string()), "]", "")
-    return "[" + ", ".join(text.to_pylist()) + "]"
+    return text.to_pylist()
+
+
+def format_ranges(ledgers: LedgerLayout, lower: np.ndarray, upper: np.ndarray) -> str:
+    """``[(l:e..l:e], ...]`` for open-closed ranges of global offsets."""
+    return "[" + ", ".join(range_texts(*ledgers.locate(lower), *ledgers.locate(upper))) + "]"
 
 
 def ledger_list(ledgers: LedgerLayout, from_offset: int, to_offset: int, entry_bytes: float) -> tuple[list[dict], int, int]:
