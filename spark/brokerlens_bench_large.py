@@ -179,12 +179,11 @@ def snapshot(c: Cluster, minute: int) -> tuple[dict, dict, dict]:
     }
     msg_in = c.in_base + (c.added[:, minute + 1] - c.added[:, 1]) * c.batch
     rate_in = np.round((c.added[:, minute + 1] - c.added[:, minute]) * c.batch / STATS_EVERY, 3)
-    topic = {key: sub[key].sum(axis=1) for key in (
+    topic = {key: np.round(sub[key].sum(axis=1), 3) for key in (
         "msgRateOut", "msgThroughputOut", "msgOutCounter", "bytesOutCounter", "backlogSize", "msgBacklog",
         "nonContiguousDeletedMessagesRanges", "nonContiguousDeletedMessagesRangesSerializedSize")}
     topic.update(msgRateIn=rate_in, msgThroughputIn=np.round(rate_in * c.msg_bytes, 3), msgInCounter=msg_in,
                  bytesInCounter=msg_in * c.msg_bytes, storageSize=msg_in * c.msg_bytes // 3)
-    topic["msgRateOut"], topic["msgThroughputOut"] = np.round(topic["msgRateOut"], 3), np.round(topic["msgThroughputOut"], 3)
     return sub, topic, now
 
 
