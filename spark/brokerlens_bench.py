@@ -1142,8 +1142,8 @@ def targets(results: dict) -> dict:
 
 
 def markdown(results: dict) -> str:
-    """The README table for a results file."""
-    lines = [
+    """The README table for a results file (no dispatch table when no size ran: ``--sizes ''``)."""
+    lines = [] if not results["sizes"] else [
         "| records | plain pass s | dispatch_periods s | DuckDB s | vs plain | vs DuckDB | no write: plain, dispatch s | dispatch rows/s/core | JVM RSS MB | JVM old gen MB | Python workers MB |",
         "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
