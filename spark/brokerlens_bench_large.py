@@ -129,6 +129,7 @@ def plan_cluster(day: date, partitions: int, seed: int = 0) -> Cluster:
     diurnal = 0.6 + 0.4 * np.sin((seconds / DAY - 0.3) * 2 * np.pi)
     per_minute = rng.poisson(rate[:, None] * 60 * diurnal[None, :])
     lag, ack_lag, hole_len = rng.integers(0, 20, (P, S)), rng.integers(2, 10, (P, S)), rng.integers(1, 3, (P, S))
+    # Ranges at 00:00 (holes left from the day before) and at most, per subscription of SUBSCRIPTIONS.
     end = np.stack([rng.integers(0, 100, P), np.zeros(P, np.int64), rng.integers(0, 300, P)], axis=1)
     start = end // 10
     capped = rng.choice(P, size=max(1, P // 500), replace=False)
