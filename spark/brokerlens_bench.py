@@ -12,7 +12,9 @@ and subscription scopes), on the same Parquet input:
 * at the ``variant_sizes``: dispatch_periods again under candidate Spark settings (``VARIANTS``).
 
 Then three consecutive days through the real table layer (is day N+1 slower as history
-accumulates?) and the landing stage on demo data. Results: ``var/bench/results.json``.
+accumulates?), the landing stage on demo data, and windows of a large cluster's generated day
+(``brokerlens_bench_large``) through every daily step, projected to 50,000 partitions.
+Results: ``var/bench/results.json``.
 
 Memory: peak RSS of the driver JVM (in ``local[*]`` it also runs the tasks), of the Python
 driver process and of Spark's Python workers, sampled every 0.1 s by a thread; the JVM's peak
@@ -33,6 +35,7 @@ import subprocess
 import sys
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
@@ -770,29 +773,130 @@ def bench_landing(bench: Bench, work: Path, scales: tuple[float, ...], day: date
     return out
 
 
+@contextmanager
+def brokerlens_home(home: Path):
+    """The process's settings (``get_settings()``) with ``home`` as BROKERLENS_HOME: stages read
+    and write some tables through them rather than through the settings they are given (the
+    holes build, alerting, the report), so a section's lake must be the process's own."""
+    from brokerlens.platform.settings import reload_settings
+
+    before = os.environ.get("BROKERLENS_HOME")
+    os.environ["BROKERLENS_HOME"] = str(home)
+    try:
+        yield reload_settings()
+    finally:
+        if before is None:
+            os.environ.pop("BROKERLENS_HOME")
+        else:
+            os.environ["BROKERLENS_HOME"] = before
+        reload_settings()
+
+
 def bench_demo_day(bench: Bench, work: Path, scale: float, day: date) -> dict:
     """The daily stages in order on one demo day, in this process (no spark-submit start-up):
     seconds per stage and per committed table (the table layer's write path)."""
     from brokerlens.pipeline import DAILY_STEPS, run_stage
-    from brokerlens.platform.settings import Settings
     from brokerlens.sources.demo import generate_day as demo_day
 
     home = work / "demo-day-home"
     shutil.rmtree(home, ignore_errors=True)
-    settings = Settings(home=home)
-    demo_day(day, settings, scale=scale)
     stages = {}
+    with brokerlens_home(home) as settings:
+        demo_day(day, settings, scale=scale)
+        for stage, layer in DAILY_STEPS:
+            options = {"layer": layer} if layer else {}
+            if stage == "alert":
+                options["dry_run"] = True  # no SMTP server in the bench
+            writes: list = []
+            measured = bench.measure(lambda: len(writes.extend(run_stage(stage, day, settings, **options).writes) or writes))
+            step = f"{stage} {layer}" if layer else stage
+            stages[step] = {"seconds": measured["seconds"], "write_seconds": {w.table: w.seconds for w in writes}}
+            log.info("demo day %s: %ss", step, measured["seconds"])
+    shutil.rmtree(home, ignore_errors=True)
+    return {"scale": scale, "stages": stages, "total_seconds": round(sum(s["seconds"] for s in stages.values()), 2)}
+
+
+# Issue 16, target 4: 50,000 partitions on 16 and 64 cores (and the generated size on this machine).
+PROJECTED = ((50_000, 16), (50_000, 64))
+LARGE_PARTITIONS = 2000
+LARGE_MINUTES = (30,)
+
+
+def bench_large_day(bench: Bench, work: Path, partitions: int, windows: tuple[int, ...], day: date) -> dict:
+    """A large cluster's day (``brokerlens_bench_large``): for each window of the day's first
+    minutes, its landing files, then the daily steps in this process as ``bench_demo_day`` runs
+    them, each measured with the rows of the layer it reads; the whole day projected from the
+    largest window (``project_day``)."""
+    from brokerlens_bench_large import MINUTES
+
+    out = []
+    for minutes in windows:
+        home = work / f"large-home-{minutes}"
+        shutil.rmtree(home, ignore_errors=True)
+        with brokerlens_home(home) as settings:
+            out.append(large_window(bench, settings, partitions, minutes, day))
+        shutil.rmtree(home, ignore_errors=True)
+    largest = max(out, key=lambda w: w["minutes"])
+    return {
+        "partitions": partitions,
+        "windows": out,
+        "projection": project_day(largest, partitions, bench.cores, MINUTES),
+        # Driver memory against rows: the bronze rows and the peaks of each window, in order.
+        "memory_by_rows": [{"bronze_rows": w["stages"]["land"]["rows_out"], "jvm_rss_mb": w["peak_jvm_rss_mb"],
+                            "jvm_heap_peak_mb": w["peak_jvm_heap_peak_mb"],
+                            "python_driver_rss_mb": w["peak_python_driver_rss_mb"]} for w in out],
+    }
+
+
+def large_window(bench: Bench, settings, partitions: int, minutes: int, day: date) -> dict:
+    """One window: generated, then each daily step with its rows in (the layer it reads:
+    landing records, bronze, silver, gold), rows out (what it wrote, per table) and memory."""
+    from brokerlens.pipeline import DAILY_STEPS, run_stage
+    from brokerlens_bench_large import write_large_day
+
+    log.info("large day: %s partitions, first %s minutes: generating", partitions, minutes)
+    started = time.perf_counter()
+    landing = write_large_day(settings.landing, day, partitions, minutes)
+    entry = {"minutes": minutes, "generate_seconds": round(time.perf_counter() - started, 2), "landing": landing,
+             "landing_mb": round(sum(k["bytes"] for k in landing.values()) / 2**20, 1), "stages": {}}
+    rows_in = sum(k["records"] for k in landing.values())
     for stage, layer in DAILY_STEPS:
+        step = f"{stage} {layer}" if layer else stage
+        log.info("large day, first %s minutes: %s", minutes, step)
         options = {"layer": layer} if layer else {}
         if stage == "alert":
             options["dry_run"] = True  # no SMTP server in the bench
-        writes: list = []
-        measured = bench.measure(lambda: len(writes.extend(run_stage(stage, day, settings, **options).writes) or writes))
-        step = f"{stage} {layer}" if layer else stage
-        stages[step] = {"seconds": measured["seconds"], "write_seconds": {w.table: w.seconds for w in writes}}
-        log.info("demo day %s: %ss", step, measured["seconds"])
-    shutil.rmtree(home, ignore_errors=True)
-    return {"scale": scale, "stages": stages, "total_seconds": round(sum(s["seconds"] for s in stages.values()), 2)}
+        done: list = []
+        measured = bench.measure(lambda: done.append(run_stage(stage, day, settings, **options)) or 0, rows=rows_in)
+        tables = {w.table: w.rows for w in done[0].writes}
+        rows_out = sum(max(rows, 0) for rows in tables.values())
+        measured.update(rows_in=measured.pop("rows"), rows_out=rows_out, tables=tables)
+        if stage == "land":
+            measured["input_mb"] = entry["landing_mb"]
+            measured["mb_per_second_per_core"] = round(entry["landing_mb"] / measured["seconds"] / bench.cores, 2)
+            entry["quarantined"] = done[0].metrics.get("quarantined", 0)
+        if stage in ("land", "build"):
+            rows_in = rows_out
+        entry["stages"][step] = measured
+    entry["total_seconds"] = round(sum(s["seconds"] for s in entry["stages"].values()), 2)
+    for key in ("jvm_rss_mb", "jvm_heap_peak_mb", "python_driver_rss_mb"):
+        entry[f"peak_{key}"] = max(s[key] for s in entry["stages"].values())
+    log.info("large day, first %s minutes: %s MB landed and built in %ss", minutes, entry["landing_mb"], entry["total_seconds"])
+    return entry
+
+
+def project_day(window: dict, partitions: int, cores: int, day_minutes: int) -> dict:
+    """The whole day from one window: each stage's seconds scaled by the day's landing bytes and
+    rows over the window's (minutes, partitions) and by the cores (see the results' notes)."""
+    seconds = sum(s["seconds"] for s in window["stages"].values())
+    scale = day_minutes / window["minutes"]
+
+    def day(p: int, c: int) -> dict:
+        return {"partitions": p, "cores": c, "landing_gb": round(window["landing_mb"] * scale * p / partitions / 1024, 1),
+                "hours": round(seconds * scale * p / partitions * cores / c / 3600, 2)}
+
+    return {"from_minutes": window["minutes"], "measured_seconds": round(seconds, 2),
+            "days": [day(partitions, cores), *(day(p, c) for p, c in PROJECTED)]}
 
 
 REPO = Path(__file__).resolve().parents[1]
@@ -933,6 +1037,8 @@ def run(
     variant_sizes: tuple[int, ...] = (),
     demo_day_scale: float | None = 1.0,
     dag: bool = False,
+    large_partitions: int | None = None,
+    large_minutes: tuple[int, ...] = LARGE_MINUTES,
     spark=None,
 ) -> dict:
     """The whole benchmark; writes the results to ``out`` (JSON) and returns them."""
@@ -960,6 +1066,13 @@ def run(
                 "rows_per_second_per_core": "rows / seconds / cores (Spark local[*] and DuckDB threads on the same cores)",
                 "memory": "peak RSS sampled every 0.1 s: the driver JVM (runs the tasks in local mode), this "
                 "Python process (DuckDB runs in it), Spark's Python workers summed; JVM heap peak from MXBeans",
+                "large_day": "the first minutes of a generated day (brokerlens_bench_large) through the daily steps; "
+                "per stage rows_in are the rows of the layer it reads (landing records, bronze, silver or gold "
+                "rows), rows_out what it wrote. Projection: each stage's seconds grow linearly with the landing "
+                "bytes and rows, i.e. with minutes x partitions (rates per core from the largest window), and "
+                "shrink linearly with cores; it ignores each stage's fixed cost (JVM warm-up on the first window, "
+                "planning, Delta commits: seconds, see the dag section), which it scales up too, and the "
+                "shuffle, skew and memory effects of 25 times more rows per task, which it leaves out",
             },
             "complete": False,
             "sizes": [],
@@ -981,6 +1094,11 @@ def run(
         if demo_day_scale:
             results["demo_day"] = _guarded("demo_day", lambda: bench_demo_day(bench, work, demo_day_scale, day))
             save()
+        if large_partitions:
+            results["large_day"] = _guarded(
+                "large_day", lambda: bench_large_day(bench, work, large_partitions, large_minutes, day)
+            )
+            save()
         if dag:
             results["dag"] = _guarded("dag", lambda: bench_dag(work, day))
         results["targets"] = targets(results)
@@ -996,7 +1114,7 @@ def run(
 
 def failed_sections(results: dict) -> dict[str, str]:
     """The guarded sections that raised, with their error (the run is then incomplete as a benchmark)."""
-    return {name: section["error"] for name in ("days", "landing", "demo_day", "dag")
+    return {name: section["error"] for name in ("days", "landing", "demo_day", "large_day", "dag")
             if isinstance(section := results.get(name), dict) and "error" in section}
 
 
@@ -1013,12 +1131,19 @@ def targets(results: dict) -> dict:
     dag = results.get("dag")
     if isinstance(dag, dict) and "tasks" in dag:
         out["demo day through the DAG, s"] = dag["dag_seconds"]
+    large = results.get("large_day")
+    if isinstance(large, dict) and "windows" in large:
+        for d in large["projection"]["days"]:
+            out[f"large day: projected hours for {d['partitions']:,} partitions on {d['cores']} cores"] = d["hours"]
+        minutes = ", ".join(str(w["minutes"]) for w in large["windows"])
+        out[f"large day: peak JVM RSS MB per window ({minutes} min)"] = ", ".join(
+            f"{m['jvm_rss_mb']:.0f}" for m in large["memory_by_rows"])
     return out
 
 
 def markdown(results: dict) -> str:
-    """The README table for a results file."""
-    lines = [
+    """The README table for a results file (no dispatch table when no size ran: ``--sizes ''``)."""
+    lines = [] if not results["sizes"] else [
         "| records | plain pass s | dispatch_periods s | DuckDB s | vs plain | vs DuckDB | no write: plain, dispatch s | dispatch rows/s/core | JVM RSS MB | JVM old gen MB | Python workers MB |",
         "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
@@ -1063,12 +1188,46 @@ def markdown(results: dict) -> str:
             )
             + "."
         )
+    large = results.get("large_day")
+    if isinstance(large, dict) and "windows" in large:
+        lines += ["", *large_day_markdown(large)]
     for name, error in failed_sections(results).items():
         lines.append(f"The {name} section failed: {error}.")
     if results.get("targets"):
         lines += ["", "| issue 16 target | measured |", "|---|---:|"]
         lines += [f"| {name} | {value} |" for name, value in results["targets"].items()]
     return "\n".join(lines)
+
+
+def large_day_markdown(large: dict) -> list[str]:
+    """The large day's stages at its largest window, a line per window, the projection."""
+    window = max(large["windows"], key=lambda w: w["minutes"])
+    lines = [
+        f"Large day, {large['partitions']:,} partitions x 3 subscriptions, the first {window['minutes']} minutes "
+        f"({window['landing_mb']} MB of landing files):",
+        "",
+        "| stage | rows in | rows out | s | rows/s/core | MB/s/core | JVM RSS MB | heap MB |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for step, s in window["stages"].items():
+        lines.append(
+            f"| {step} | {s['rows_in']:,} | {s['rows_out']:,} | {s['seconds']} | {s['rows_per_second_per_core']:,} | "
+            f"{s.get('mb_per_second_per_core', '')} | {s['jvm_rss_mb']:.0f} | {s['jvm_heap_peak_mb']:.0f} |"
+        )
+    lines.append("")
+    for w in large["windows"]:
+        lines.append(
+            f"First {w['minutes']} minutes: {w['landing_mb']} MB generated in {w['generate_seconds']} s, "
+            f"{w['stages']['land']['rows_out']:,} bronze rows, {w['total_seconds']} s through the daily steps, "
+            f"peak JVM RSS {w['peak_jvm_rss_mb']:.0f} MB, heap {w['peak_jvm_heap_peak_mb']:.0f} MB."
+        )
+    lines.append(
+        f"Projected from the first {large['projection']['from_minutes']} minutes (linear in landing bytes and cores): "
+        + ", ".join(f"{d['partitions']:,} partitions on {d['cores']} cores {d['hours']} h ({d['landing_gb']} GB)"
+                    for d in large["projection"]["days"])
+        + "."
+    )
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1087,6 +1246,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="demo-data scale of the day run through every stage (0: skip)")
     parser.add_argument("--no-dag", dest="dag", action="store_false",
                         help="skip the demo day through the daily DAG (infra/stack.sh run-day)")
+    parser.add_argument("--large-partitions", type=int, default=LARGE_PARTITIONS,
+                        help="topic partitions of the large day (x 3 subscriptions, 10 brokers; 0: skip)")
+    parser.add_argument("--large-minutes", default=",".join(map(str, LARGE_MINUTES)),
+                        help="windows of the large day from 00:00, minutes, comma-separated; each is landed and built")
     parser.add_argument("--latest", type=Path, default=None, help="also copy the results here (e.g. infra/bench/latest.json)")
     args = parser.parse_args(argv)
     logs.configure(0)
@@ -1101,6 +1264,8 @@ def main(argv: list[str] | None = None) -> int:
         land_scales=tuple(float(s) for s in args.land_scales.split(",") if s),
         demo_day_scale=args.demo_day_scale or None,
         dag=args.dag,
+        large_partitions=args.large_partitions or None,
+        large_minutes=tuple(int(m) for m in args.large_minutes.split(",") if m),
         command=" ".join(["python -m brokerlens_bench", *(argv if argv is not None else sys.argv[1:])]),
     )
     if args.latest:

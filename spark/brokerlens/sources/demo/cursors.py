@@ -17,11 +17,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .schedule import fill
+
 # managedLedgerMaxEntriesPerLedger default; ledgers also roll over by time (4 h here).
 MAX_ENTRIES_PER_LEDGER = 50_000
 LEDGER_ROLLOVER_SECONDS = 4 * 3600
 DAY_END = 86_100  # 23:55, the last snapshot of the day
 HOLE_GAP = 3  # entries added per hole so that a hole never touches the next one
+# LedgerInfo of internal stats' ``ledgers`` (the fields a snapshot sets are None).
+LEDGER_FIELDS = {"ledgerId": None, "entries": None, "size": None, "offloaded": False, "underReplicated": False}
 
 
 @dataclass
@@ -117,14 +121,17 @@ def _pos(ledgers: LedgerLayout, offset: int) -> str:
     return f"{int(ledger[0])}:{int(entry[0])}"
 
 
-def format_ranges(ledgers: LedgerLayout, lower: np.ndarray, upper: np.ndarray) -> str:
-    """``[(l:e..l:e], ...]`` for open-closed ranges of global offsets, built column-wise."""
-    lo_ledger, lo_entry = ledgers.locate(lower)
-    hi_ledger, hi_entry = ledgers.locate(upper)
+def range_texts(lo_ledger: np.ndarray, lo_entry: np.ndarray, hi_ledger: np.ndarray, hi_entry: np.ndarray) -> list[str]:
+    """``(l:e..l:e]`` for each open-closed range given by its ends' positions, built column-wise."""
     text = pc.binary_join_element_wise(
         "(", pc.cast(pa.array(lo_ledger), pa.string()), ":", pc.cast(pa.array(lo_entry), pa.string()), "..",
         pc.cast(pa.array(hi_ledger), pa.string()), ":", pc.cast(pa.array(hi_entry), pa.string()), "]", "")
-    return "[" + ", ".join(text.to_pylist()) + "]"
+    return text.to_pylist()
+
+
+def format_ranges(ledgers: LedgerLayout, lower: np.ndarray, upper: np.ndarray) -> str:
+    """``[(l:e..l:e], ...]`` for open-closed ranges of global offsets."""
+    return "[" + ", ".join(range_texts(*ledgers.locate(lower), *ledgers.locate(upper))) + "]"
 
 
 def ledger_list(ledgers: LedgerLayout, from_offset: int, to_offset: int, entry_bytes: float) -> tuple[list[dict], int, int]:
@@ -139,7 +146,6 @@ def ledger_list(ledgers: LedgerLayout, from_offset: int, to_offset: int, entry_b
     for i in range(first, current + 1):
         closed = i < current
         n = int(ledgers.starts[i + 1] - ledgers.starts[i]) if closed else 0
-        out.append({"ledgerId": int(ledgers.ids[i]), "entries": n, "size": int(n * entry_bytes),
-                    "offloaded": False, "underReplicated": False})
+        out.append(fill(LEDGER_FIELDS, ledgerId=int(ledgers.ids[i]), entries=n, size=int(n * entry_bytes)))
     current_entries = int(to_offset - ledgers.starts[current] + 1)
     return out, current_entries, int(current_entries * entry_bytes)

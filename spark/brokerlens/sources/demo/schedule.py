@@ -20,6 +20,15 @@ def dumps(obj) -> str:
     return json.dumps(obj, separators=(",", ":"))
 
 
+def fill(fields: dict, **values) -> dict:
+    """A stats object: ``fields`` (its keys in the admin API's order, None for the fields a snapshot
+    sets) with the snapshot's ``values``, exactly for the None ones."""
+    unset = {k for k, v in fields.items() if v is None}
+    if unset != values.keys():
+        raise KeyError(f"values for {sorted(unset ^ values.keys())} (set exactly: {sorted(unset)})")
+    return {k: values.get(k, v) for k, v in fields.items()}
+
+
 def iso(day: date, second: float, millis: bool = False) -> str:
     t = datetime(day.year, day.month, day.day, tzinfo=timezone.utc) + timedelta(seconds=float(second))
     return t.strftime("%Y-%m-%dT%H:%M:%S") + (f".{t.microsecond // 1000:03d}" if millis else "") + "Z"
