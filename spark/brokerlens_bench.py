@@ -35,7 +35,6 @@ import subprocess
 import sys
 import threading
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
@@ -773,45 +772,27 @@ def bench_landing(bench: Bench, work: Path, scales: tuple[float, ...], day: date
     return out
 
 
-@contextmanager
-def brokerlens_home(home: Path):
-    """The process's settings (``get_settings()``) with ``home`` as BROKERLENS_HOME: stages read
-    and write some tables through them rather than through the settings they are given (the
-    holes build, alerting, the report), so a section's lake must be the process's own."""
-    from brokerlens.platform.settings import reload_settings
-
-    before = os.environ.get("BROKERLENS_HOME")
-    os.environ["BROKERLENS_HOME"] = str(home)
-    try:
-        yield reload_settings()
-    finally:
-        if before is None:
-            os.environ.pop("BROKERLENS_HOME")
-        else:
-            os.environ["BROKERLENS_HOME"] = before
-        reload_settings()
-
-
 def bench_demo_day(bench: Bench, work: Path, scale: float, day: date) -> dict:
     """The daily stages in order on one demo day, in this process (no spark-submit start-up):
     seconds per stage and per committed table (the table layer's write path)."""
     from brokerlens.pipeline import DAILY_STEPS, run_stage
+    from brokerlens.platform.settings import Settings
     from brokerlens.sources.demo import generate_day as demo_day
 
     home = work / "demo-day-home"
     shutil.rmtree(home, ignore_errors=True)
+    settings = Settings(home=home)
+    demo_day(day, settings, scale=scale)
     stages = {}
-    with brokerlens_home(home) as settings:
-        demo_day(day, settings, scale=scale)
-        for stage, layer in DAILY_STEPS:
-            options = {"layer": layer} if layer else {}
-            if stage == "alert":
-                options["dry_run"] = True  # no SMTP server in the bench
-            writes: list = []
-            measured = bench.measure(lambda: len(writes.extend(run_stage(stage, day, settings, **options).writes) or writes))
-            step = f"{stage} {layer}" if layer else stage
-            stages[step] = {"seconds": measured["seconds"], "write_seconds": {w.table: w.seconds for w in writes}}
-            log.info("demo day %s: %ss", step, measured["seconds"])
+    for stage, layer in DAILY_STEPS:
+        options = {"layer": layer} if layer else {}
+        if stage == "alert":
+            options["dry_run"] = True  # no SMTP server in the bench
+        writes: list = []
+        measured = bench.measure(lambda: len(writes.extend(run_stage(stage, day, settings, **options).writes) or writes))
+        step = f"{stage} {layer}" if layer else stage
+        stages[step] = {"seconds": measured["seconds"], "write_seconds": {w.table: w.seconds for w in writes}}
+        log.info("demo day %s: %ss", step, measured["seconds"])
     shutil.rmtree(home, ignore_errors=True)
     return {"scale": scale, "stages": stages, "total_seconds": round(sum(s["seconds"] for s in stages.values()), 2)}
 
@@ -819,28 +800,27 @@ def bench_demo_day(bench: Bench, work: Path, scale: float, day: date) -> dict:
 # Issue 16, target 4: 50,000 partitions on 16 and 64 cores (and the generated size on this machine).
 PROJECTED = ((50_000, 16), (50_000, 64))
 LARGE_PARTITIONS = 2000
-LARGE_MINUTES = (30,)
+LARGE_MINUTES = (15, 30)  # two windows: the day projected from their difference
 
 
 def bench_large_day(bench: Bench, work: Path, partitions: int, windows: tuple[int, ...], day: date) -> dict:
     """A large cluster's day (``brokerlens_bench_large``): for each window of the day's first
     minutes, its landing files, then the daily steps in this process as ``bench_demo_day`` runs
     them, each measured with the rows of the layer it reads; the whole day projected from the
-    largest window (``project_day``)."""
+    windows (``project_day``)."""
+    from brokerlens.platform.settings import Settings
     from brokerlens_bench_large import MINUTES
 
     out = []
     for minutes in windows:
         home = work / f"large-home-{minutes}"
         shutil.rmtree(home, ignore_errors=True)
-        with brokerlens_home(home) as settings:
-            out.append(large_window(bench, settings, partitions, minutes, day))
+        out.append(large_window(bench, Settings(home=home), partitions, minutes, day))
         shutil.rmtree(home, ignore_errors=True)
-    largest = max(out, key=lambda w: w["minutes"])
     return {
         "partitions": partitions,
         "windows": out,
-        "projection": project_day(largest, partitions, bench.cores, MINUTES),
+        "projection": project_day(out, partitions, bench.cores, MINUTES),
         # Driver memory against rows: the bronze rows and the peaks of each window, in order.
         "memory_by_rows": [{"bronze_rows": w["stages"]["land"]["rows_out"], "jvm_rss_mb": w["peak_jvm_rss_mb"],
                             "jvm_heap_peak_mb": w["peak_jvm_heap_peak_mb"],
@@ -885,17 +865,34 @@ def large_window(bench: Bench, settings, partitions: int, minutes: int, day: dat
     return entry
 
 
-def project_day(window: dict, partitions: int, cores: int, day_minutes: int) -> dict:
-    """The whole day from one window: each stage's seconds scaled by the day's landing bytes and
-    rows over the window's (minutes, partitions) and by the cores (see the results' notes)."""
-    seconds = sum(s["seconds"] for s in window["stages"].values())
-    scale = day_minutes / window["minutes"]
+def project_day(windows: list[dict], partitions: int, cores: int, day_minutes: int) -> dict:
+    """The whole day from the measured windows (all steps' seconds together). From two windows,
+    the seconds split into a part per minute of data (the difference of the two largest, at
+    least 0), scaled to the day's minutes and partitions and divided among the cores, and a
+    fixed part (process warm-up, planning, Delta commits) kept as it is. From one window, all of
+    it is scaled: an upper bound, since the fixed part is scaled too."""
+    ordered = sorted(windows, key=lambda w: w["minutes"])
+    last = ordered[-1]
+
+    def seconds(window: dict) -> float:
+        return sum(s["seconds"] for s in window["stages"].values())
+
+    if len(ordered) > 1:
+        before = ordered[-2]
+        per_minute = max(0.0, (seconds(last) - seconds(before)) / (last["minutes"] - before["minutes"]))
+        basis = f"the difference of the first {before['minutes']} and {last['minutes']} minutes"
+    else:
+        per_minute = seconds(last) / last["minutes"]
+        basis = f"the first {last['minutes']} minutes, fixed costs scaled too (an upper bound)"
+    fixed = max(0.0, seconds(last) - per_minute * last["minutes"])
+    mb_per_minute = last["landing_mb"] / last["minutes"]
 
     def day(p: int, c: int) -> dict:
-        return {"partitions": p, "cores": c, "landing_gb": round(window["landing_mb"] * scale * p / partitions / 1024, 1),
-                "hours": round(seconds * scale * p / partitions * cores / c / 3600, 2)}
+        data = day_minutes * p / partitions
+        return {"partitions": p, "cores": c, "landing_gb": round(mb_per_minute * data / 1024, 1),
+                "hours": round((fixed + per_minute * data * cores / c) / 3600, 2)}
 
-    return {"from_minutes": window["minutes"], "measured_seconds": round(seconds, 2),
+    return {"basis": basis, "fixed_seconds": round(fixed, 1), "seconds_per_minute_of_data": round(per_minute, 2),
             "days": [day(partitions, cores), *(day(p, c) for p, c in PROJECTED)]}
 
 
@@ -1068,11 +1065,10 @@ def run(
                 "Python process (DuckDB runs in it), Spark's Python workers summed; JVM heap peak from MXBeans",
                 "large_day": "the first minutes of a generated day (brokerlens_bench_large) through the daily steps; "
                 "per stage rows_in are the rows of the layer it reads (landing records, bronze, silver or gold "
-                "rows), rows_out what it wrote. Projection: each stage's seconds grow linearly with the landing "
-                "bytes and rows, i.e. with minutes x partitions (rates per core from the largest window), and "
-                "shrink linearly with cores; it ignores each stage's fixed cost (JVM warm-up on the first window, "
-                "planning, Delta commits: seconds, see the dag section), which it scales up too, and the "
-                "shuffle, skew and memory effects of 25 times more rows per task, which it leaves out",
+                "rows), rows_out what it wrote. Projection (project_day): the seconds per minute of data (the "
+                "difference of the two largest windows) grow linearly with minutes x partitions and shrink "
+                "linearly with cores; the rest (warm-up, planning, Delta commits) stays fixed. It leaves out "
+                "the shuffle, skew and memory effects of many more rows per task",
             },
             "complete": False,
             "sizes": [],
@@ -1222,7 +1218,8 @@ def large_day_markdown(large: dict) -> list[str]:
             f"peak JVM RSS {w['peak_jvm_rss_mb']:.0f} MB, heap {w['peak_jvm_heap_peak_mb']:.0f} MB."
         )
     lines.append(
-        f"Projected from the first {large['projection']['from_minutes']} minutes (linear in landing bytes and cores): "
+        f"Projected from {large['projection']['basis']} ({large['projection']['fixed_seconds']} s fixed, "
+        f"{large['projection']['seconds_per_minute_of_data']} s per minute of data, divided among the cores): "
         + ", ".join(f"{d['partitions']:,} partitions on {d['cores']} cores {d['hours']} h ({d['landing_gb']} GB)"
                     for d in large["projection"]["days"])
         + "."

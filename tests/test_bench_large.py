@@ -97,26 +97,37 @@ def test_large_day_through_every_daily_step(spark, tmp_path):
 
 
 def test_summary_shows_the_large_day():
-    stage = {"rows_in": 1000, "rows_out": 900, "seconds": 2.0, "rows_per_second_per_core": 250,
-             "jvm_rss_mb": 800.0, "jvm_heap_peak_mb": 300.0, "python_driver_rss_mb": 100.0}
+    def stage(seconds):
+        return {"rows_in": 1000, "rows_out": 900, "seconds": seconds, "rows_per_second_per_core": 250,
+                "jvm_rss_mb": 800.0, "jvm_heap_peak_mb": 300.0, "python_driver_rss_mb": 100.0}
+
+    # land grows by 0.1 s a minute of data, build silver is all fixed cost.
     windows = [
-        {"minutes": m, "generate_seconds": 1.0, "landing_mb": 10.0 * m, "total_seconds": 4.0 * m,
+        {"minutes": m, "generate_seconds": 1.0, "landing_mb": 10.0 * m, "total_seconds": 4.0 + 0.1 * m,
          "peak_jvm_rss_mb": 800.0 + m, "peak_jvm_heap_peak_mb": 300.0, "peak_python_driver_rss_mb": 100.0,
-         "stages": {"land": {**stage, "mb_per_second_per_core": 2.5}, "build silver": stage}}
+         "stages": {"land": {**stage(2.0 + 0.1 * m), "mb_per_second_per_core": 2.5}, "build silver": stage(2.0)}}
         for m in (15, 30)
     ]
-    projection = bench.project_day(windows[1], 2000, 2, large.MINUTES)
+    projection = bench.project_day(windows, 2000, 2, large.MINUTES)
     results = {"sizes": [], "large_day": {
         "partitions": 2000, "windows": windows, "projection": projection,
         "memory_by_rows": [{"bronze_rows": 900, "jvm_rss_mb": w["peak_jvm_rss_mb"], "jvm_heap_peak_mb": 300.0,
                             "python_driver_rss_mb": 100.0} for w in windows]}}
-    # 4 s for 30 minutes: 192 s a day at 2,000 partitions on 2 cores; x 25 partitions x 2/16 cores.
-    assert [d["hours"] for d in projection["days"]] == [round(192 / 3600, 2), round(192 * 25 / 8 / 3600, 2),
-                                                        round(192 * 25 / 32 / 3600, 2)]
+    # 4 s fixed + 0.1 s per minute of data: 4 + 144 s for the day at 2,000 partitions on 2 cores;
+    # x 25 partitions x 2/16 (2/64) cores for 50,000 partitions.
+    assert (projection["fixed_seconds"], projection["seconds_per_minute_of_data"]) == (4.0, 0.1)
+    assert [d["hours"] for d in projection["days"]] == [round(148 / 3600, 2), round((4 + 144 * 25 / 8) / 3600, 2),
+                                                        round((4 + 144 * 25 / 32) / 3600, 2)]
+    day_mb = 10.0 * large.MINUTES  # 10 MB a minute at 2,000 partitions
+    assert [d["landing_gb"] for d in projection["days"]] == [round(day_mb / 1024, 1)] + [round(day_mb * 25 / 1024, 1)] * 2
+    # From one window, everything is scaled.
+    (alone,) = bench.project_day(windows[1:], 2000, 2, large.MINUTES)["days"][:1]
+    assert alone["hours"] == round(7.0 * 48 / 3600, 2)
     targets = bench.targets(results)
     assert targets["large day: projected hours for 50,000 partitions on 16 cores"] == projection["days"][1]["hours"]
     assert targets["large day: peak JVM RSS MB per window (15, 30 min)"] == "815, 830"
     text = bench.markdown({**results, "targets": targets})
-    assert "| land | 1,000 | 900 | 2.0 | 250 | 2.5 | 800 | 300 |" in text
+    assert "| land | 1,000 | 900 | 5.0 | 250 | 2.5 | 800 | 300 |" in text
     assert "First 15 minutes: 150.0 MB generated" in text
+    assert "the difference of the first 15 and 30 minutes (4.0 s fixed, 0.1 s per minute of data" in text
     assert "50,000 partitions on 64 cores" in text
