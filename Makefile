@@ -10,13 +10,10 @@ bootstrap:
 	@infra/bootstrap.sh
 
 ## make test: the whole test suite (real Spark, Delta, Airflow, SMTP, headless Chromium; the
-## browser and Prometheus are installed if missing: infra/install-test-tools.sh). Whole files run on
-## TEST_WORKERS pytest-xdist workers (default 2: most of the slow tests' time is JVM start-up and
-## Spark planning on one core); TEST_WORKERS=0 runs in this process.
-TEST_WORKERS ?= 2
+## browser and Prometheus are installed if missing: infra/install-test-tools.sh)
 test: bootstrap
 	infra/install-test-tools.sh
-	$(VENV)/pytest $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile) $(PYTEST_ARGS)
+	$(VENV)/pytest $(PYTEST_ARGS)
 
 ## make run [DAY=YYYY-MM-DD]: demo data for DAY, then the daily Airflow DAG on it (airflow dags
 ## test), with the local SMTP sink receiving the mail; says step k of n and how long each took

@@ -1,5 +1,4 @@
-"""One SparkSession per test session (per worker under ``make test``'s two workers); a fresh
-BROKERLENS_HOME for every test; the longest files first."""
+"""One SparkSession for the whole test session; a fresh BROKERLENS_HOME for every test."""
 
 from __future__ import annotations
 
@@ -13,21 +12,6 @@ REPO = Path(__file__).resolve().parents[1]
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 # Tests must not pick up a developer's settings file.
 os.environ.pop("BROKERLENS_CONFIG", None)
-
-
-def pytest_collection_modifyitems(items):
-    """Longest test files first, by the ``slow`` marker's ``minutes`` (1 if not given): ``make
-    test`` spreads whole files over 2 workers (``-n 2 --dist loadfile``), and a long file that
-    started last would set the suite's end. Stable: the rest keeps its order."""
-
-    def minutes(item) -> float:
-        marker = item.get_closest_marker("slow")
-        return marker.kwargs.get("minutes", 1) if marker else 0
-
-    longest: dict[Path, float] = {}
-    for item in items:
-        longest[item.path] = max(longest.get(item.path, 0), minutes(item))
-    items.sort(key=lambda item: -longest[item.path])
 
 
 @pytest.fixture(scope="session")

@@ -26,7 +26,7 @@ import pytest
 from airflow_harness import REPO, SmtpSink, airflow, airflow_env, body_text
 from test_collect import TOKEN, admin, fixture  # noqa: F401 (admin: the replaying admin API)
 
-pytestmark = pytest.mark.slow(minutes=13)  # ordering hint (conftest)
+pytestmark = pytest.mark.slow
 
 DAY = date(2026, 11, 21)
 STAGES = ["land", "validate_bronze", "build_silver", "validate_silver", "build_gold", "alert", "report"]
