@@ -22,7 +22,7 @@ from deltalake import DeltaTable
 from brokerlens.platform.jars import delta_jars
 from brokerlens.platform.schemas import table_schemas
 
-pytestmark = pytest.mark.slow(minutes=5)  # ordering hint (conftest)
+pytestmark = pytest.mark.slow
 
 DAY = date(2026, 11, 21)
 SPARK_HOME = Path(pyspark.__file__).parent

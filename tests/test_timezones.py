@@ -26,7 +26,7 @@ from test_alerting import free_port
 from brokerlens.platform.schemas import table_schemas
 from brokerlens.sources.demo import generate_day
 
-pytestmark = pytest.mark.slow(minutes=4)  # ordering hint (conftest)
+pytestmark = pytest.mark.slow
 
 DAY = date(2026, 11, 21)
 ZONES = ("America/Los_Angeles", "Asia/Kolkata")
