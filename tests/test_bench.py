@@ -148,8 +148,9 @@ def test_duckdb_reference_agrees_with_dispatch_periods(spark, tiny_input, tmp_pa
 def test_results_file_shape(spark, tmp_path):
     out = tmp_path / "bench" / "results.json"
     results = bench.run(
-        out, sizes=(1,), days_partitions=1, land_scales=(), periods=300, variant_sizes=(1,), spark=spark
-    )
+        out, sizes=(1,), days_partitions=1, land_scales=(), periods=300, variant_sizes=(1,), demo_day_scale=None,
+        spark=spark,
+    )  # the daily steps in this process: tests/test_bench_large.py
     assert json.loads(out.read_text()) == results
     assert results["complete"] is True
     assert results["environment"]["cores"] == spark.sparkContext.defaultParallelism
