@@ -772,10 +772,29 @@ def bench_landing(bench: Bench, work: Path, scales: tuple[float, ...], day: date
     return out
 
 
+def daily_step(bench: Bench, stage: str, layer: str | None, day: date, settings, rows: int | None = None):
+    """One daily step in this process, measured (``rows``: as ``Bench.measure``; by default the
+    rows it wrote): (its name, its StageResult, the figures). ``alert`` is a dry run: no SMTP
+    server in the bench."""
+    from brokerlens.pipeline import run_stage
+
+    options = {"layer": layer} if layer else {}
+    if stage == "alert":
+        options["dry_run"] = True
+    done: list = []
+
+    def run() -> int:
+        done.append(run_stage(stage, day, settings, **options))
+        return sum(w.rows for w in done[0].writes)
+
+    measured = bench.measure(run, rows=rows)
+    return (f"{stage} {layer}" if layer else stage), done[0], measured
+
+
 def bench_demo_day(bench: Bench, work: Path, scale: float, day: date) -> dict:
     """The daily stages in order on one demo day, in this process (no spark-submit start-up):
     seconds per stage and per committed table (the table layer's write path)."""
-    from brokerlens.pipeline import DAILY_STEPS, run_stage
+    from brokerlens.pipeline import DAILY_STEPS
     from brokerlens.platform.settings import Settings
     from brokerlens.sources.demo import generate_day as demo_day
 
@@ -785,13 +804,8 @@ def bench_demo_day(bench: Bench, work: Path, scale: float, day: date) -> dict:
     demo_day(day, settings, scale=scale)
     stages = {}
     for stage, layer in DAILY_STEPS:
-        options = {"layer": layer} if layer else {}
-        if stage == "alert":
-            options["dry_run"] = True  # no SMTP server in the bench
-        writes: list = []
-        measured = bench.measure(lambda: len(writes.extend(run_stage(stage, day, settings, **options).writes) or writes))
-        step = f"{stage} {layer}" if layer else stage
-        stages[step] = {"seconds": measured["seconds"], "write_seconds": {w.table: w.seconds for w in writes}}
+        step, result, measured = daily_step(bench, stage, layer, day, settings)
+        stages[step] = {"seconds": measured["seconds"], "write_seconds": {w.table: w.seconds for w in result.writes}}
         log.info("demo day %s: %ss", step, measured["seconds"])
     shutil.rmtree(home, ignore_errors=True)
     return {"scale": scale, "stages": stages, "total_seconds": round(sum(s["seconds"] for s in stages.values()), 2)}
@@ -831,7 +845,7 @@ def bench_large_day(bench: Bench, work: Path, partitions: int, windows: tuple[in
 def large_window(bench: Bench, settings, partitions: int, minutes: int, day: date) -> dict:
     """One window: generated, then each daily step with its rows in (the layer it reads:
     landing records, bronze, silver, gold), rows out (what it wrote, per table) and memory."""
-    from brokerlens.pipeline import DAILY_STEPS, run_stage
+    from brokerlens.pipeline import DAILY_STEPS
     from brokerlens_bench_large import write_large_day
 
     log.info("large day: %s partitions, first %s minutes: generating", partitions, minutes)
@@ -841,20 +855,15 @@ def large_window(bench: Bench, settings, partitions: int, minutes: int, day: dat
              "landing_mb": round(sum(k["bytes"] for k in landing.values()) / 2**20, 1), "stages": {}}
     rows_in = sum(k["records"] for k in landing.values())
     for stage, layer in DAILY_STEPS:
-        step = f"{stage} {layer}" if layer else stage
-        log.info("large day, first %s minutes: %s", minutes, step)
-        options = {"layer": layer} if layer else {}
-        if stage == "alert":
-            options["dry_run"] = True  # no SMTP server in the bench
-        done: list = []
-        measured = bench.measure(lambda: done.append(run_stage(stage, day, settings, **options)) or 0, rows=rows_in)
-        tables = {w.table: w.rows for w in done[0].writes}
+        step, result, measured = daily_step(bench, stage, layer, day, settings, rows=rows_in)
+        log.info("large day, first %s minutes: %s in %ss", minutes, step, measured["seconds"])
+        tables = {w.table: w.rows for w in result.writes}
         rows_out = sum(max(rows, 0) for rows in tables.values())
         measured.update(rows_in=measured.pop("rows"), rows_out=rows_out, tables=tables)
         if stage == "land":
             measured["input_mb"] = entry["landing_mb"]
             measured["mb_per_second_per_core"] = round(entry["landing_mb"] / measured["seconds"] / bench.cores, 2)
-            entry["quarantined"] = done[0].metrics.get("quarantined", 0)
+            entry["quarantined"] = result.metrics.get("quarantined", 0)
         if stage in ("land", "build"):
             rows_in = rows_out
         entry["stages"][step] = measured

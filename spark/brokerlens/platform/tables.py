@@ -30,7 +30,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from datetime import date, datetime
-from typing import Callable, Iterable, Literal, Mapping, TypeVar
+from typing import Callable, Iterable, Iterator, Literal, Mapping, TypeVar
 
 from delta import exceptions as delta_exceptions
 from delta.tables import DeltaTable
@@ -89,17 +89,18 @@ def table_version(name: str, settings: Settings | None = None, spark: SparkSessi
     spark = spark or get_spark(settings)
     if not table_exists(name, settings, spark):
         return None
-    return latest_commits(spark, table_location(name, settings), 1)[0][0]
+    return next(latest_commits(spark, table_location(name, settings), 1))[0]
 
 
 _COMMIT_FILE = re.compile(r"(\d{20})\.json")
 
 
-def latest_commits(spark: SparkSession, location: str, limit: int) -> list[tuple[int, dict]]:
-    """The table's newest ``limit`` commits, newest first, as ``(version, commitInfo)``, read
-    straight from the Delta log's commit files (``_delta_log/<version>.json``, one action per
-    line) through Hadoop's FileSystem, so on any storage the lake is on. ``DeltaTable.history``
-    reads the same files but in a Spark job (a second or more each, after every write)."""
+def latest_commits(spark: SparkSession, location: str, limit: int) -> Iterator[tuple[int, dict]]:
+    """The table's newest ``limit`` commits, newest first, as ``(version, commitInfo)``, read one
+    at a time as the caller goes on, straight from the Delta log's commit files
+    (``_delta_log/<version>.json``, one action per line) through Hadoop's FileSystem, so on any
+    storage the lake is on. ``DeltaTable.history`` reads the same files, all of them, in a Spark
+    job (a second or more each, after every write)."""
     jvm = spark._jvm
     log_dir = jvm.org.apache.hadoop.fs.Path(f"{location}/_delta_log")
     fs = log_dir.getFileSystem(spark._jsc.hadoopConfiguration())
@@ -107,16 +108,13 @@ def latest_commits(spark: SparkSession, location: str, limit: int) -> list[tuple
         (int(m[1]) for status in fs.listStatus(log_dir) if (m := _COMMIT_FILE.fullmatch(status.getPath().getName()))),
         reverse=True,
     )[:limit]
-    commits = []
     for version in versions:
         stream = fs.open(jvm.org.apache.hadoop.fs.Path(log_dir, f"{version:020d}.json"))
         try:
             text = bytes(stream.readAllBytes()).decode("utf-8")
         finally:
             stream.close()
-        info = next((json.loads(line)["commitInfo"] for line in text.splitlines() if line.startswith('{"commitInfo"')), {})
-        commits.append((version, info))
-    return commits
+        yield version, next((json.loads(line)["commitInfo"] for line in text.splitlines() if line.startswith('{"commitInfo"')), {})
 
 
 def empty_frame(name: str, spark: SparkSession | None = None) -> DataFrame:

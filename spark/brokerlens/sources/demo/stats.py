@@ -70,7 +70,6 @@ MANAGED_LEDGER_FIELDS = {
     "compactedLedger": {"ledgerId": -1, "entries": -1, "size": -1, "offloaded": False, "underReplicated": False}}
 
 
-
 def serialized_size(ranges):
     """nonContiguousDeletedMessagesRangesSerializedSize for a range count (int or array)."""
     return ranges * RANGE_BYTES + (ranges > 0) * 16
