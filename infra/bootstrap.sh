@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Creates .venv and installs the locked dependencies on first use; a no-op afterwards
-# unless requirements/lock.txt or pyproject.toml changed. Checks for Java 17.
+# unless requirements/lock.txt or pyproject.toml changed. Checks for a JDK 17 (Spark runs on it;
+# its javac builds brokerlens' own JAR).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -10,14 +11,17 @@ java_major() {
   "$java" -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -n1
 }
 
-if [ "$(java_major)" -lt 17 ] 2>/dev/null || [ -z "$(java_major)" ]; then
+javac_found() { command -v "${JAVA_HOME:+$JAVA_HOME/bin/}javac" >/dev/null 2>&1; }
+
+if [ "$(java_major)" -lt 17 ] 2>/dev/null || [ -z "$(java_major)" ] || ! javac_found; then
   if [ "${CI:-}" = "true" ] && [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null; then
-    echo "bootstrap: Java 17 missing, installing openjdk-17-jre-headless (CI)" >&2
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless >/dev/null
+    echo "bootstrap: JDK 17 missing, installing openjdk-17-jdk-headless (CI)" >&2
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jdk-headless >/dev/null
   else
     cat >&2 <<'MSG'
-bootstrap: Spark needs Java 17 (or newer) and none was found.
-  Debian/Ubuntu:  sudo apt-get install -y openjdk-17-jre-headless
+bootstrap: Spark needs Java 17 (or newer), and brokerlens compiles its own JAR with javac:
+no JDK 17 was found.
+  Debian/Ubuntu:  sudo apt-get install -y openjdk-17-jdk-headless
   macOS:          brew install openjdk@17
   or point JAVA_HOME at a Java 17 installation.
 MSG
@@ -32,7 +36,8 @@ if [ -z "$PYTHON" ]; then
 fi
 
 # The Delta Lake JARs matching the pinned delta-spark, fetched once into ~/.cache/brokerlens/jars
-# by Spark's own Ivy (brokerlens/jars.py); a no-op when they are there.
+# by Spark's own Ivy, and brokerlens' own JAR, compiled once per source (platform/jars.py); a
+# no-op when they are there.
 fetch_jars() {
   .venv/bin/python -m brokerlens.platform.jars >/dev/null || exit 1
 }

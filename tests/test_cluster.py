@@ -19,7 +19,7 @@ import pytest
 from airflow_harness import REPO, free_port
 from deltalake import DeltaTable
 
-from brokerlens.platform.jars import delta_jars
+from brokerlens.platform.jars import session_jars
 from brokerlens.platform.schemas import table_schemas
 
 pytestmark = pytest.mark.slow
@@ -70,7 +70,7 @@ def submit(master: str, home: Path, *args: str) -> None:
         str(SPARK_HOME / "bin" / "spark-submit"), "--master", master,
         "--properties-file", str(REPO / "infra" / "spark" / "spark-defaults.conf"),
         "--conf", "spark.executor.memory=1g",
-        "--jars", ",".join(str(p) for p in delta_jars()),
+        "--jars", ",".join(str(p) for p in session_jars()),
         str(REPO / "spark" / "brokerlens" / "submit.py"), *args,
     ]
     env = {**os.environ, "BROKERLENS_HOME": str(home), "SPARK_HOME": str(SPARK_HOME),

@@ -101,15 +101,14 @@ def spark_conf() -> dict[str, str]:
     return {"spark.driver.extraJavaOptions": java_opts}
 
 
-def with_delta_jars(conf: dict[str, str]) -> dict[str, str]:
-    """``conf`` plus the Delta Lake JARs (fetched once, then from the local cache), unless the
-    deployment already supplies them (``spark.jars.packages`` naming Delta, e.g. on a cluster
-    whose spark-defaults.conf has them)."""
-    if "io.delta:" in conf.get("spark.jars.packages", ""):
-        return conf
-    from brokerlens.platform.jars import delta_jars
+def with_session_jars(conf: dict[str, str]) -> dict[str, str]:
+    """``conf`` plus brokerlens' own JAR and the Delta Lake JARs (fetched or built once, then from
+    the local cache); Delta's not when the deployment already supplies them
+    (``spark.jars.packages`` naming Delta, e.g. on a cluster whose spark-defaults.conf has them)."""
+    from brokerlens.platform.jars import delta_jars, jvm_jar
 
-    jars = [j for j in conf.get("spark.jars", "").split(",") if j] + [str(p) for p in delta_jars()]
+    ours = [] if "io.delta:" in conf.get("spark.jars.packages", "") else delta_jars()
+    jars = [j for j in conf.get("spark.jars", "").split(",") if j] + [str(p) for p in [*ours, jvm_jar()]]
     return {**conf, "spark.jars": ",".join(jars)}
 
 
@@ -148,7 +147,7 @@ class StageSubmitOperator(SparkSubmitOperator):
         if self.connections:
             self.env_vars = {**(self.env_vars or {}), **self._connection_env()}
         # At run time, not when the DAG is parsed: the first run may fetch the JARs.
-        self.conf = with_delta_jars(dict(self.conf or {}))
+        self.conf = with_session_jars(dict(self.conf or {}))
         self._hook = self._get_hook()
         process_log = self._hook._process_spark_submit_log
         # Keep the end of the command's output: the CLI's error summary goes into the failure mail.

@@ -1,4 +1,5 @@
-"""The Delta Lake JARs that match the pinned ``delta-spark`` package, fetched once and cached.
+"""The JARs a brokerlens session needs: Delta Lake's, matching the pinned ``delta-spark`` package
+(fetched once and cached), and brokerlens' own JVM classes (compiled once and cached).
 
 The coordinates are the ones ``delta.configure_spark_with_delta_pip`` would use
 (``io.delta:delta-spark_<spark major.minor>_2.13:<delta-spark version>`` and
@@ -9,16 +10,25 @@ files on ``spark.jars`` with no resolution and no network. Delta's optional Kern
 Catalog clients (and their Hadoop, Parquet and Jackson copies, 80 MB that Spark already ships)
 are excluded: Delta's Spark connector does not need them for path-based tables.
 
-``python -m brokerlens.platform.jars`` fetches them (``infra/bootstrap.sh`` runs it) and prints the paths.
+brokerlens' own classes (``JVM_SOURCES``: gold dispatch's one-pass scan) are compiled by ``javac``
+against this pyspark's JARs into ``<cache>/brokerlens-jvm-<hash>.jar``, the hash naming the sources
+and the Spark version, so a changed source or Spark builds a new JAR and never uses a stale one.
+
+``python -m brokerlens.platform.jars`` fetches and builds them (``infra/bootstrap.sh`` runs it) and
+prints the paths.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib.metadata
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
+import zipfile
+from importlib.resources import files
 from pathlib import Path
 
 import pyspark
@@ -37,8 +47,14 @@ _IVY_REASONS = ("unresolved dependency", "not found", "Connection refused", "Unk
                 "timed out", "Server access error", "FAILED", "Exception")
 
 
+# brokerlens' own JVM classes: (package holding the source, file), each kept beside the Python
+# code that calls it.
+JVM_SOURCES = (("brokerlens.gold.dispatch", "DispatchScan.java"),)
+JAVA_RELEASE = "17"
+
+
 class JarsError(RuntimeError):
-    """The Delta JARs could not be had; the message says what to do."""
+    """The JARs could not be had; the message says what to do."""
 
 
 def delta_version() -> str:
@@ -120,9 +136,51 @@ def _resolve(folder: Path) -> None:
         )
 
 
+def session_jars() -> list[Path]:
+    """Every JAR a session puts on ``spark.jars``: Delta's and brokerlens' own."""
+    return [*delta_jars(), jvm_jar()]
+
+
+def jvm_jar(folder: Path | None = None) -> Path:
+    """brokerlens' own classes as one JAR, compiled on first use of these sources with this Spark."""
+    sources = {name: files(package).joinpath(name).read_bytes() for package, name in JVM_SOURCES}
+    digest = hashlib.sha256(pyspark.__version__.encode())
+    for name, text in sorted(sources.items()):
+        digest.update(name.encode() + b"\0" + text)
+    path = (folder or cache_dir()) / f"brokerlens-jvm-{digest.hexdigest()[:16]}.jar"
+    if path.is_file():
+        return path
+    java_home = os.environ.get("JAVA_HOME")
+    javac = shutil.which("javac", path=f"{java_home}/bin" if java_home else None) or shutil.which("javac")
+    if javac is None:
+        raise JarsError(
+            "javac was not found: brokerlens compiles its dispatch scan against Spark's JARs once and "
+            "needs a JDK 17 for it (apt-get install openjdk-17-jdk-headless, or set JAVA_HOME)"
+        )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        src, classes = Path(tmp) / "src", Path(tmp) / "classes"
+        src.mkdir()
+        for name, text in sources.items():
+            (src / name).write_bytes(text)
+        classpath = str(Path(pyspark.__file__).parent / "jars" / "*")
+        command = [javac, "--release", JAVA_RELEASE, "-nowarn", "-cp", classpath, "-d", str(classes),
+                   *[str(src / name) for name in sources]]
+        proc = subprocess.run(command, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise JarsError(f"javac could not compile {', '.join(sources)}: {(proc.stdout + proc.stderr).strip()}")
+        partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
+        with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as jar:
+            for cls in sorted(classes.rglob("*.class")):
+                jar.write(cls, cls.relative_to(classes).as_posix())
+        os.replace(partial, path)  # whole or not at all: the JAR appears only when complete
+    print(f"brokerlens: compiled {', '.join(sources)} into {path}", file=sys.stderr)
+    return path
+
+
 def main() -> None:
     try:
-        for path in delta_jars():
+        for path in session_jars():
             print(path)
     except JarsError as exc:
         print(f"error: {exc}", file=sys.stderr)

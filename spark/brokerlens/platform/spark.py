@@ -1,8 +1,8 @@
 """The one SparkSession factory.
 
-Under ``spark-submit`` the master, resources and the Delta JARs (``--jars``) come from the submit
-command (a cluster is a connection change); locally the settings supply them and the JARs come
-from ``brokerlens.platform.jars``. Either way the session gets the same SQL settings and Delta Lake's
+Under ``spark-submit`` the master, resources and the JARs (``--jars``: Delta's and brokerlens' own)
+come from the submit command (a cluster is a connection change); locally the settings supply
+them and the JARs come from ``brokerlens.platform.jars``. Either way the session gets the same SQL settings and Delta Lake's
 extension and catalog, because the table layer relies on them.
 """
 
@@ -14,7 +14,7 @@ from importlib.resources import files
 from py4j.java_gateway import JavaClass
 from pyspark.sql import SparkSession
 
-from .jars import delta_jars
+from .jars import session_jars
 from .settings import Settings, get_settings
 
 # Settings the table layer depends on, whatever the deployment.
@@ -71,22 +71,28 @@ def get_spark(settings: Settings | None = None) -> SparkSession:
     for key, value in {**SQL_CONF, **settings.spark.conf}.items():
         builder = builder.config(key, value)
     if not under_spark_submit():
-        builder = builder.config("spark.jars", ",".join(str(p) for p in delta_jars()))
+        builder = builder.config("spark.jars", ",".join(str(p) for p in session_jars()))
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
-    _check_delta(spark)
+    _check_jars(spark)
     return spark
 
 
-class DeltaMissing(RuntimeError):
-    """Spark runs without the Delta Lake JARs."""
+class JarsMissing(RuntimeError):
+    """Spark runs without the Delta Lake JARs or without brokerlens' own."""
 
 
-def _check_delta(spark: SparkSession) -> None:
+def _check_jars(spark: SparkSession) -> None:
     # py4j resolves a name to a JavaClass when the class loads, else to a JavaPackage.
-    if not isinstance(spark.sparkContext._jvm.io.delta.tables.DeltaTable, JavaClass):
-        raise DeltaMissing(
+    jvm = spark.sparkContext._jvm
+    if not isinstance(jvm.io.delta.tables.DeltaTable, JavaClass):
+        raise JarsMissing(
             "Spark has no Delta Lake JARs on its classpath: pass them to spark-submit with "
             "--jars $(python -m brokerlens.platform.jars | paste -sd,) (or --packages "
             "io.delta:delta-spark_<spark>_2.13:<version>, see README 'Tables and storage')"
+        )
+    if not isinstance(jvm.brokerlens.jvm.DispatchScan, JavaClass):
+        raise JarsMissing(
+            "Spark has no brokerlens JAR on its classpath (gold dispatch's scan): pass it to "
+            "spark-submit with the others, --jars $(python -m brokerlens.platform.jars | paste -sd,)"
         )

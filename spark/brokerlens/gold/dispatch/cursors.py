@@ -111,7 +111,6 @@ def with_starved_empty(rows: DataFrame, backlog: DataFrame | None) -> DataFrame:
     whole gap. Periods before the first snapshot known are not counted (no backlog known)."""
     if backlog is None:
         return rows.withColumn("starved_empty_periods", F.lit(0).cast("long"))
-    scope = Window.partitionBy(*SCOPE).orderBy("t0_us", "is_record")
     p_us = F.col("rate_period_seconds").cast("long") * F.lit(US)
     t1 = F.col("t0_us") + round_half_up(F.col("interval_seconds") * US)
     zero = F.greatest(
@@ -126,7 +125,7 @@ def with_starved_empty(rows: DataFrame, backlog: DataFrame | None) -> DataFrame:
             for name, m in MEASURES
         ]
     )
-    next_t0 = F.lead("t0_us").over(scope)
+    next_t0 = F.col("_next_t0_us")  # from the scan (periods.scan): the scope's next non-cursor row
     end = F.coalesce(next_t0, F.unix_micros(F.to_timestamp(F.date_add("day", 1))))
     gaps = (
         rows.withColumn("_g_from", t1)

@@ -1,10 +1,10 @@
-"""Gold ``dispatch_periods``: Lindley's recursion over each dispatch scope's rows in one sort
-(window functions), the debt, allowance and over-delivery per period under the broker's limiter
-model and counting rules, and the over-delivery split by cause."""
+"""Gold ``dispatch_periods``: Lindley's recursion over each dispatch scope's rows in one sort and
+one pass (``DispatchScan.java``), the debt, allowance and over-delivery per period under the
+broker's limiter model and counting rules, and the over-delivery split by cause."""
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame, Window
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from .cursors import (
@@ -116,7 +116,6 @@ def dispatch_periods(
             F.col("msgs")
         ),
     )
-    delivered = {"msgs": "counted_msgs", "bytes": "counted_bytes"}
     # Every operator from here on copies the rows it passes on (shuffle, sort, two windows):
     # only what the recursion and the output need goes on, the quota integrated up to the row's
     # start and end (``_q0``, ``_q1``) instead of the limit row it came from.
@@ -140,14 +139,14 @@ def dispatch_periods(
         ],
     )  # fmt: skip
 
-    # The one shuffle: all rows of a scope together, in time order (opening debt first).
-    scope = Window.partitionBy(*SCOPE).orderBy("t0_us", "is_record")
-    running = scope.rowsBetween(Window.unboundedPreceding, Window.currentRow)
-    before = scope.rowsBetween(Window.unboundedPreceding, -1)
+    # The one shuffle: all rows of a scope together, in time order (opening debt first), and
+    # one pass over them (DispatchScan.java): the cursor state, what is counted, and the
+    # recursion's state before and after each row.
+    rows = scan(rows)
 
     # AbstractBaseDispatcher charges a delivery only if dispatchThrottlingOnNonBacklogConsumerEnabled
     # or the subscription's cursor is inactive (backlogged).
-    state = F.last("_cursor_state", ignorenulls=True).over(running)
+    state = F.col("_cursor_last")
     rows = rows.withColumn(
         "charge_rule",
         F.when(F.col("throttle_non_backlog"), F.lit(CHARGED))
@@ -156,52 +155,16 @@ def dispatch_periods(
         .when(state == MIXED, F.lit(CHARGED_PARTLY))
         .otherwise(F.lit(CHARGED)),
     )
-    # The opening debt is the limiter's state, not a delivery: always carried.
-    exempt = F.col("is_record") & (F.col("charge_rule") == NOT_CHARGED)
-    rows = rows.withColumn("counted_msgs", F.when(exempt, F.lit(0)).otherwise(F.col("_unit_msgs"))).withColumn(
-        "counted_bytes", F.when(exempt, F.lit(0)).otherwise(F.col("bytes"))
-    )
     for name, m in MEASURES:
-        rows = rows.withColumn(f"_c_{name}", F.sum(delivered[name]).over(running))
-    for name, m in MEASURES:
-        d = F.col(delivered[name])
-        q_start, q_end = F.col(f"_q0_{name}"), F.col(f"_q1_{name}")
-        limited = F.col(f"{m}_limit").isNotNull()
-        rows = (
-            rows.withColumn(f"quota_{name}", F.when(limited, q_end - q_start))
-            # P: running value just before the row (after the gap drained); S: just after it.
-            .withColumn(f"_p_{name}", F.col(f"_c_{name}") - d - q_start)
-            .withColumn(f"_s_{name}", F.col(f"_c_{name}") - q_end)
-            .withColumn(
-                f"_v_{name}",
-                F.when(
-                    limited,
-                    F.struct(
-                        (-F.col(f"_seg_{name}")).alias("neg_seg"),
-                        F.least(F.col(f"_p_{name}"), F.col(f"_s_{name}")).alias("v"),
-                    ),
-                ),
-            )
-        )
-    for name, m in MEASURES:
-        rows = rows.withColumn(f"_prev_{name}", F.min(f"_v_{name}").over(before))
-    for name, m in MEASURES:
-        d = F.col(delivered[name])
-        seg = F.col(f"_seg_{name}")
-        prev = F.col(f"_prev_{name}")
-        p, s = F.col(f"_p_{name}"), F.col(f"_s_{name}")
-        floor = F.least(
-            F.when(prev["neg_seg"] == -seg, prev["v"]),
-            p,
-            F.when(seg == 0, F.lit(0)),  # day start, before any stretch without limit
-        )
+        d = F.col(f"counted_{name}")
         limited = F.col(f"{m}_limit").isNotNull()
         # x: the recursion's state before and after the row. Classic: the debt itself. Token
         # bucket (capacity = the limit, refilled by the quota, starts full): capacity - tokens,
         # so tokens may go negative by x - capacity (the debt), and the allowance is the tokens
         # at the start plus the refill during the row.
-        x_in, x_out = p - floor, s - F.least(floor, s)
-        cap, quota = F.col(f"{m}_limit"), F.col(f"quota_{name}")
+        x_in, x_out = F.col(f"_x_in_{name}"), F.col(f"_x_out_{name}")
+        cap = F.col(f"{m}_limit")
+        quota = F.when(limited, F.col(f"_q1_{name}") - F.col(f"_q0_{name}"))
         debt_in = F.when(token_bucket, F.greatest(F.lit(0), x_in - cap)).otherwise(x_in)
         allowed = F.greatest(F.lit(0), F.when(token_bucket, cap + quota - x_in).otherwise(quota - x_in))
         debt_out = F.when(token_bucket, F.greatest(F.lit(0), x_out - cap)).otherwise(x_out)
@@ -213,8 +176,8 @@ def dispatch_periods(
                 F.when(limited, F.greatest(F.lit(0), d - F.col(f"allowed_{name}"))).otherwise(F.lit(0)),
             )
             .withColumn(f"debt_out_{name}", F.when(limited, debt_out).otherwise(F.lit(0)))
+            .withColumn(f"quota_{name}", quota)
             .withColumn(f"tokens_out_{name}", F.when(limited & token_bucket, cap - x_out))
-            .withColumn(f"_x_out_{name}", F.when(limited, x_out))
         )
     rows = rows.where(F.col("source") != CURSOR_SOURCE)
     out = rows.transform(lambda r: with_starved_empty(r, backlog)).where("is_record").transform(_over_causes).select(
@@ -262,6 +225,16 @@ def dispatch_periods(
         "filtered_entries_charged",
     )
     return out
+
+
+def scan(rows: DataFrame) -> DataFrame:
+    """``rows`` through DispatchScan.java (see there for its columns): each scope's rows in
+    ``(t0_us, is_record)`` order, in one pass. Spark SQL needs three window operators for this
+    (the cursor state, then the running counted sums, then the running minimum of the
+    recursion's floor), each holding a scope's day; the scan keeps a few numbers per scope.
+    ``platform.spark`` checks at session start that the class is on the classpath."""
+    jvm = rows.sparkSession._jvm
+    return DataFrame(jvm.brokerlens.jvm.DispatchScan.scan(rows._jdf, CAUGHT_UP, CURSOR_SOURCE), rows.sparkSession)
 
 
 def _over_causes(rows: DataFrame) -> DataFrame:
