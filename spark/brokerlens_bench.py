@@ -590,12 +590,12 @@ def ratio(a: dict, b: dict) -> float:
     return round(a["seconds"] / b["seconds"], 2)
 
 
-# Candidate settings for dispatch_periods, measured on the same input (suggestions for
-# spark.py's SQL_CONF). WindowExec buffers each scope's rows of the day before it evaluates the
-# frames; past 4,096 rows (Spark's default) it moves them to a spillable external array, and a
-# scope has up to 86,400 one-second periods a day.
+# Candidate settings for dispatch_periods, measured on the same input (suggestions for the
+# settings' defaults). The scan's shuffle (DispatchScan.java) is planned without adaptive
+# execution, so it keeps spark.sql.shuffle.partitions (brokerlens' default 8) where adaptive
+# execution would coalesce them: one partition per core is the candidate.
 VARIANTS: dict[str, dict[str, str]] = {
-    "dispatch_periods[window_buffer_1M]": {"spark.sql.windowExec.buffer.in.memory.threshold": "1048576"},
+    "dispatch_periods[shuffle_partitions=2]": {"spark.sql.shuffle.partitions": "2"},
 }
 
 
