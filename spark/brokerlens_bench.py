@@ -534,12 +534,15 @@ def spark_dispatch(spark, inputs: dict, opening: str, out: Path | None) -> int:
 
 
 def plan_summary(frame) -> dict[str, int]:
-    """Counts in the physical plan: shuffles, sorts, windows, Python UDF operators."""
-    text = frame.sparkSession._jvm.PythonSQLUtils.explainString(frame._jdf.queryExecution(), "formatted")
-    tree = text.split("\n\n")[0].splitlines()
+    """Counts in the physical plan: shuffles, sorts, windows, Python UDF operators. The plan
+    under dispatch's scan is in it: the scan's RDD is named by it (DispatchScan.java)."""
+    tree = frame._jdf.queryExecution().executedPlan().treeString()
+    # One operator a line: tree glyphs, an optional whole-stage codegen id, then its name.
+    operators = [m.group(1) for line in tree.splitlines()
+                 if (m := re.match(r"[\s:|+\-]*(?:\*\(\d+\)\s*)?(\w+)", line))]
 
     def count(*names: str) -> int:
-        return sum(1 for line in tree if any(f"{n} (" in line.split("- ")[-1][: len(n) + 2] for n in names))
+        return sum(1 for op in operators if op in names)
 
     return {
         "shuffle_exchanges": count("Exchange"),

@@ -68,7 +68,19 @@ def test_same_transaction_twice_leaves_one_copy(spark, settings):
     later = write_table(quarantine_rows(spark, D1, 2, "y"), "quarantine", "append", txn=("land/2026-11-21", 2))
     assert (first.rows, first.skipped) == (5, False)
     assert again.skipped and not later.skipped
+    assert str(again) == "quarantine: already committed by this transaction, nothing written"
     assert counts(read_table("quarantine")) == {(D1, "x"): 5, (D1, "y"): 2}
+
+
+def test_nothing_to_write_is_said_so(spark, settings):
+    """An empty day replaced where the table has none (a landing kind without files): Delta
+    commits nothing, and that is not a repeated transaction."""
+    replace_day(spark, D1, 2, "a")
+    version = table_version("quarantine")
+    result = replace_day(spark, D2, 0, "none")
+    assert (result.version, result.rows, result.skipped) == (None, 0, False)
+    assert str(result) == "quarantine: nothing to write, no commit"
+    assert table_version("quarantine") == version
 
 
 def test_time_travel_history_detail_and_optimize_by_name(spark, settings):

@@ -69,6 +69,8 @@ class WriteResult:
     def __str__(self) -> str:
         if self.skipped:
             return f"{self.table}: already committed by this transaction, nothing written"
+        if self.version is None:
+            return f"{self.table}: nothing to write, no commit"
         return f"{self.table}: {self.rows} rows in {self.files} files, version {self.version}"
 
 
@@ -251,7 +253,7 @@ def write_table(
         _with_retries(name, attempt, settings)
     except AnalysisException as exc:
         raise TableError(f"{name}: {str(exc).splitlines()[0]}") from exc
-    return _result(name, write_id, ("numOutputRows",), settings, spark, started)
+    return _result(name, write_id, ("numOutputRows",), settings, spark, started, txn is not None)
 
 
 def merge_table(
@@ -323,9 +325,10 @@ def _with_retries(name: str, attempt: Callable[[], _T], settings: Settings) -> _
 
 
 def _result(name: str, write_id: str, row_metrics: tuple[str, ...], settings: Settings,
-            spark: SparkSession, started: float) -> WriteResult:
-    """What the commit tagged with ``write_id`` did; skipped when no commit has the tag (a
-    transaction Delta had already seen). Concurrent writers may have committed after it."""
+            spark: SparkSession, started: float, with_txn: bool = False) -> WriteResult:
+    """What the commit tagged with ``write_id`` did. No commit has the tag: with a transaction,
+    Delta had already seen it (skipped); without one, Delta had nothing to commit (no rows and
+    nothing to replace). Concurrent writers may have committed after it."""
     tag = f'"brokerlens.write": "{write_id}"'
     for version, info in latest_commits(spark, table_location(name, settings), 20):
         if tag in (info.get("userMetadata") or ""):
@@ -335,8 +338,9 @@ def _result(name: str, write_id: str, row_metrics: tuple[str, ...], settings: Se
             seconds = round(time.perf_counter() - started, 3)
             log.info("%s: committed version %s (%s rows, %s files, %.1fs)", name, version, rows, files, seconds)
             return WriteResult(name, version, files, rows, seconds=seconds)
-    log.info("%s: transaction already committed, nothing written", name)
-    return WriteResult(name, None, 0, 0, skipped=True, seconds=round(time.perf_counter() - started, 3))
+    result = WriteResult(name, None, 0, 0, skipped=with_txn, seconds=round(time.perf_counter() - started, 3))
+    log.info("%s", result)
+    return result
 
 
 def _replace_where(
