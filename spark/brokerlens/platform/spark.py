@@ -2,8 +2,8 @@
 
 Under ``spark-submit`` the master, resources and the JARs (``--jars``: Delta's and brokerlens' own)
 come from the submit command (a cluster is a connection change); locally the settings supply
-them and the JARs come from ``brokerlens.platform.jars``. Either way the session gets the same SQL settings and Delta Lake's
-extension and catalog, because the table layer relies on them.
+them and the JARs come from ``brokerlens.platform.jars``. Either way the session gets the same
+SQL settings and Delta Lake's extension and catalog, because the table layer relies on them.
 """
 
 from __future__ import annotations

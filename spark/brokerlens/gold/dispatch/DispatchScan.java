@@ -37,7 +37,6 @@ import org.apache.spark.unsafe.types.UTF8String;
 public final class DispatchScan {
   private DispatchScan() {}
 
-  static final String[] SCOPE = {"level", "cluster", "broker", "topic", "subscription"};
   static final String[][] MEASURES = {
     // delivered amount, limit, quota to the row's start, quota to its end, no-limit stretch
     {"_unit_msgs", "msg_limit", "_q0_msgs", "_q1_msgs", "_seg_msgs"},
@@ -50,22 +49,24 @@ public final class DispatchScan {
   };
 
   /**
-   * The scan over {@code rows}, each scope's rows in (t0_us, is_record) order: the opening debt
+   * The scan over {@code rows}, each scope's rows (the {@code scope} columns, strings) in
+   * (t0_us, is_record) order: the opening debt
    * and cursor snapshots before the records that start with them. {@code caughtUp} is the cursor
    * state whose records are not charged unless throttle_non_backlog (AbstractBaseDispatcher);
    * {@code cursorSource} the {@code source} of the cursor snapshot rows, which carry their state
    * in {@code _cursor_state}.
    */
-  public static Dataset<Row> scan(Dataset<Row> rows, String caughtUp, String cursorSource) {
+  public static Dataset<Row> scan(
+      Dataset<Row> rows, List<String> scope, String caughtUp, String cursorSource) {
     List<Column> keys = new ArrayList<>();
-    for (String c : SCOPE) keys.add(rows.col(c));
+    for (String c : scope) keys.add(rows.col(c));
     List<Column> order = new ArrayList<>(keys);
     order.add(rows.col("t0_us"));
     order.add(rows.col("is_record"));
     Dataset<Row> sorted =
         rows.repartition(keys.toArray(new Column[0])).sortWithinPartitions(order.toArray(new Column[0]));
     StructType in = sorted.schema();
-    Layout layout = new Layout(in, caughtUp, cursorSource);
+    Layout layout = new Layout(in, scope, caughtUp, cursorSource);
     StructType out = in;
     out = out.add(OUTPUTS[0], DataTypes.StringType);
     for (int i = 1; i < OUTPUTS.length; i++) out = out.add(OUTPUTS[i], DataTypes.LongType);
@@ -96,13 +97,14 @@ public final class DispatchScan {
   /** Column positions and the per-partition scan (serialised to the executors). */
   static final class Layout implements FlatMapFunction<Iterator<InternalRow>, InternalRow> {
     private static final long serialVersionUID = 1L;
-    final int[] scope = new int[SCOPE.length];
+    final int[] scope;
     final int t0, isRecord, source, cursorState, throttleNonBacklog;
     final int[] amount = new int[2], limit = new int[2], q0 = new int[2], q1 = new int[2], seg = new int[2];
     final UTF8String caughtUp, cursorSource;
 
-    Layout(StructType in, String caughtUp, String cursorSource) {
-      for (int i = 0; i < SCOPE.length; i++) scope[i] = field(in, SCOPE[i], DataTypes.StringType);
+    Layout(StructType in, List<String> scopeColumns, String caughtUp, String cursorSource) {
+      scope = new int[scopeColumns.size()];
+      for (int i = 0; i < scope.length; i++) scope[i] = field(in, scopeColumns.get(i), DataTypes.StringType);
       t0 = field(in, "t0_us", DataTypes.LongType);
       isRecord = field(in, "is_record", DataTypes.BooleanType);
       source = field(in, "source", DataTypes.StringType);

@@ -116,7 +116,7 @@ def dispatch_periods(
             F.col("msgs")
         ),
     )
-    # Every operator from here on copies the rows it passes on (shuffle, sort, two windows):
+    # Every operator from here on copies the rows it passes on (shuffle, sort, the scan):
     # only what the recursion and the output need goes on, the quota integrated up to the row's
     # start and end (``_q0``, ``_q1``) instead of the limit row it came from.
     rows = rows.select(
@@ -234,7 +234,8 @@ def scan(rows: DataFrame) -> DataFrame:
     recursion's floor), each holding a scope's day; the scan keeps a few numbers per scope.
     ``platform.spark`` checks at session start that the class is on the classpath."""
     jvm = rows.sparkSession._jvm
-    return DataFrame(jvm.brokerlens.jvm.DispatchScan.scan(rows._jdf, CAUGHT_UP, CURSOR_SOURCE), rows.sparkSession)
+    scanned = jvm.brokerlens.jvm.DispatchScan.scan(rows._jdf, SCOPE, CAUGHT_UP, CURSOR_SOURCE)
+    return DataFrame(scanned, rows.sparkSession)
 
 
 def _over_causes(rows: DataFrame) -> DataFrame:
