@@ -3,9 +3,10 @@
 
 One run per day, for the day that just ended (`{{ ds }}`): **land → validate_bronze →
 build_silver → validate_silver → build_gold → alert → report**, each a
-`brokerlens <stage> [--layer L] --date {{ ds }}` submitted with spark-submit through the
-`spark_default` connection (local master by default; a cluster is a connection change). Each
-layer is validated before the next is built from it.
+`brokerlens <stage> [--layer L] --date {{ ds }}`: run on the stage server (`brokerlens serve`, one
+Spark application) when `BROKERLENS_STAGE_SERVER` names its address file, else submitted with
+spark-submit through the `spark_default` connection (local master by default; a cluster is a
+connection change). Each layer is validated before the next is built from it.
 
 - Catch-up and backfill: `BROKERLENS_START_DATE` (YYYY-MM-DD, default 2026-11-01) is the first
   day, `BROKERLENS_CATCHUP=false` turns catch-up off; to (re)run days:

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The local stack: Airflow standalone (web UI on 127.0.0.1), an SMTP server that keeps received
-# mail as files, and Spark defaults from infra/spark/. Everything lives under $BROKERLENS_HOME
+# mail as files, the stage server the DAG's tasks run on (one Spark application, `brokerlens
+# serve`), and Spark defaults from infra/spark/. Everything lives under $BROKERLENS_HOME
 # (default ./var): airflow/ (AIRFLOW_HOME, sqlite), mail/ (received mail), stack/ (pids, logs).
 #
-#   infra/stack.sh up            start the SMTP sink and Airflow standalone, print the UI address
+#   infra/stack.sh up            start the SMTP sink, the stage server and Airflow standalone,
+#                                print the UI address
 #   infra/stack.sh down          stop what `up` started
 #   infra/stack.sh status        what is running
 #   infra/stack.sh run-day DAY [--demo-data]
@@ -13,6 +15,8 @@
 #
 # Ports: AIRFLOW_PORT (8080), BROKERLENS_SMTP__PORT (8025). Connections come from the
 # environment (AIRFLOW_CONN_SPARK_DEFAULT, AIRFLOW_CONN_SMTP_DEFAULT) unless already set.
+# BROKERLENS_STAGE_SERVER= (empty) runs each task as its own spark-submit instead of on the
+# stage server.
 set -euo pipefail
 
 REPO="$(cd "$(dirname "$0")/.." && pwd)"
@@ -41,6 +45,7 @@ export AIRFLOW_CONN_SPARK_DEFAULT="${AIRFLOW_CONN_SPARK_DEFAULT:-$local_spark}"
 export AIRFLOW_CONN_SMTP_DEFAULT="${AIRFLOW_CONN_SMTP_DEFAULT:-$local_smtp}"
 export BROKERLENS_SMTP__HOST="${BROKERLENS_SMTP__HOST:-127.0.0.1}"
 export BROKERLENS_SMTP__PORT="$SMTP_PORT"
+export BROKERLENS_STAGE_SERVER="${BROKERLENS_STAGE_SERVER-$STATE/stage-server.json}"
 
 alive() { [ -f "$STATE/$1.pid" ] && kill -0 "$(cat "$STATE/$1.pid")" 2>/dev/null; }
 
@@ -60,6 +65,30 @@ start_smtp() {
     >"$STATE/smtp.log" 2>&1 </dev/null &
   echo $! >"$STATE/smtp.pid"
   wait_for 20 "SMTP sink" grep -q "^listening on" "$STATE/smtp.log"
+}
+
+start_stage_server() {  # in the background; ready once its address file is there (stage_server_ready)
+  [ -n "$BROKERLENS_STAGE_SERVER" ] || return 0
+  mkdir -p "$STATE"
+  if alive stage-server; then return 0; fi
+  rm -f "$BROKERLENS_STAGE_SERVER"
+  STAGE_SERVER_STARTED=$SECONDS
+  setsid brokerlens serve --address-file "$BROKERLENS_STAGE_SERVER" \
+    >"$STATE/stage-server.log" 2>&1 </dev/null &
+  echo $! >"$STATE/stage-server.pid"
+}
+
+stage_server_ready() {  # wait for the server's address file (it warms up first: a few minutes)
+  [ -n "$BROKERLENS_STAGE_SERVER" ] || return 0
+  local deadline=$((SECONDS + 900))
+  until [ -f "$BROKERLENS_STAGE_SERVER" ]; do
+    if ! alive stage-server || [ "$SECONDS" -ge "$deadline" ]; then
+      echo "stack: the stage server did not come up; see $STATE/stage-server.log:" >&2
+      tail -5 "$STATE/stage-server.log" >&2; return 1
+    fi
+    sleep 1
+  done
+  [ -z "${STAGE_SERVER_STARTED:-}" ] || echo "stack: stage server ready in $((SECONDS - STAGE_SERVER_STARTED)) s (warm-up included; $STATE/stage-server.log)"
 }
 
 group_alive() {  # any live (non-zombie) process left in process group $1
@@ -89,6 +118,8 @@ migrate_once() {
 up() {
   start_smtp
   echo "stack: SMTP sink on 127.0.0.1:$SMTP_PORT, mail kept in $MAILDIR"
+  start_stage_server
+  stage_server_ready
   if ! alive airflow; then
     mkdir -p "$AIRFLOW_HOME"
     # Two cores are enough for one day's run: a few task slots, not Airflow's default 32.
@@ -102,7 +133,7 @@ up() {
 }
 
 status() {
-  for name in smtp airflow; do
+  for name in smtp stage-server airflow; do
     if alive "$name"; then echo "$name: running (pid $(cat "$STATE/$name.pid"))"; else echo "$name: stopped"; fi
   done
 }
@@ -122,8 +153,9 @@ follow_steps() {  # follow_steps STEPS_BEFORE: read `airflow dags test` output, 
   local k="$1" n="?" task="" state="" started=$SECONDS line
   while IFS= read -r line; do
     case "$line" in
-      *"Created dag run."*) n=$(( $1 + $(dag_run_tasks 2>/dev/null || echo 0) )) ;;
       *"[DAG TEST] starting task_id="*)
+        # The run's task instances exist once its first task starts (not yet at "Created dag run").
+        [ "$n" != "?" ] || n=$(( $1 + $(dag_run_tasks 2>/dev/null || echo 0) ))
         task="${line#*task_id=}"; task="${task%% *}"; k=$((k + 1)); started=$SECONDS; state=""
         echo "step $k of $n: $task" ;;
       *"new_state="*) state="${line#*new_state=}"; state="${state%% *}" ;;
@@ -136,10 +168,13 @@ follow_steps() {  # follow_steps STEPS_BEFORE: read `airflow dags test` output, 
 }
 
 run_day() {  # run_day DAY [--demo-data]
-  local day="$1" demo="${2:-}" started_smtp=0 marker first=0 started
+  local day="$1" demo="${2:-}" marker first=0 started
   mkdir -p "$STATE"
-  if ! alive smtp; then start_smtp; started_smtp=1; fi
-  [ "$started_smtp" = 1 ] && trap 'stop smtp >/dev/null' EXIT
+  # What this run starts, it stops at the end (a stack that is `up` keeps running).
+  RUN_STARTED=()
+  if [ -n "$BROKERLENS_STAGE_SERVER" ] && ! alive stage-server; then start_stage_server; RUN_STARTED+=(stage-server); fi
+  if ! alive smtp; then start_smtp; RUN_STARTED+=(smtp); fi
+  trap 'for name in "${RUN_STARTED[@]}"; do stop "$name" >/dev/null; done' EXIT
   migrate_once
   marker="$STATE/run-$day.started"; touch "$marker"
   if [ "$demo" = "--demo-data" ]; then
@@ -148,6 +183,7 @@ run_day() {  # run_day DAY [--demo-data]
     brokerlens --quiet demo-data --date "$day" >"$STATE/demo-$day.log" || { cat "$STATE/demo-$day.log" >&2; return 1; }
     echo "step 1: demo-data done in $((SECONDS - started)) s ($STATE/demo-$day.log)"
   fi
+  stage_server_ready
   echo "stack: airflow dags test brokerlens_daily $day (full log: $STATE/run-$day.log)"
   local rc=0
   airflow dags test brokerlens_daily "$day" 2>&1 | tee "$STATE/run-$day.log" | follow_steps "$first" || rc=$?
@@ -164,7 +200,7 @@ run_day() {  # run_day DAY [--demo-data]
 
 case "${1:-}" in
   up) up ;;
-  down) stop airflow; stop smtp ;;
+  down) stop airflow; stop stage-server; stop smtp ;;
   status) status ;;
   run-day) [ -n "${2:-}" ] || { echo "usage: $0 run-day YYYY-MM-DD [--demo-data]" >&2; exit 2; }; run_day "$2" "${3:-}" ;;
   *) echo "usage: $0 up|down|status|run-day YYYY-MM-DD [--demo-data]" >&2; exit 2 ;;

@@ -1,9 +1,10 @@
-"""Airflow and SMTP for the DAG tests, each in its own process.
+"""Airflow, SMTP and the stage server for the DAG tests, each in its own process.
 
 Airflow reads its configuration once per process, so it never runs inside the pytest process:
 every Airflow command runs as a subprocess with an isolated ``AIRFLOW_HOME`` (sqlite), the
 repository's ``dags/`` folder, and the connections given as ``AIRFLOW_CONN_*`` variables.
 The SMTP server is ``infra/smtp_sink.py``, the local stack's own, keeping each message as a file.
+The stage server is ``brokerlens serve``, as ``infra/stack.sh`` starts it.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from email.message import Message
 from email.policy import default as default_policy
 from pathlib import Path
@@ -104,3 +106,33 @@ def body_text(message: Message) -> str:
     return "\n".join(
         part.get_content() for part in message.walk() if part.get_content_maintype() == "text"
     )
+
+
+class StageServer:
+    """``brokerlens serve`` (without its warm-up: tests/test_stage_server.py has it) for the
+    duration of a ``with``; :attr:`environ` is what the DAG's tasks need to run on it."""
+
+    def __init__(self, env: dict[str, str], folder: Path) -> None:
+        self.env, self.address, self.log = env, folder / "stage-server.json", folder / "stage-server.log"
+        self.environ = {"BROKERLENS_STAGE_SERVER": str(self.address)}
+        self.process: subprocess.Popen | None = None
+
+    def __enter__(self) -> "StageServer":
+        folder = self.address.parent
+        folder.mkdir(parents=True, exist_ok=True)
+        with self.log.open("w") as out:
+            self.process = subprocess.Popen(
+                [str(VENV_BIN / "brokerlens"), "serve", "--no-warm-up", "--address-file", str(self.address)],
+                env=self.env, stdout=out, stderr=subprocess.STDOUT,
+            )
+        deadline = time.monotonic() + 300
+        while not self.address.exists():
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                self.process.kill()
+                raise RuntimeError(f"stage server did not start: {self.log.read_text()[-3000:]}")
+            time.sleep(0.5)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.process.terminate()
+        self.process.wait(timeout=60)

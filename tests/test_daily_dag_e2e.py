@@ -1,5 +1,6 @@
-"""The daily DAG end to end, as `make run` runs it: `airflow dags test` on a demo day, each step
-a real spark-submit, a real SMTP server receiving the mail.
+"""The daily DAG end to end, as `make run` runs it: `airflow dags test` on a demo day, the steps
+run on a real stage server (`brokerlens serve`, one Spark application), a real SMTP server
+receiving the mail; the failing runs with each step its own real spark-submit.
 
 Asserted: every task succeeded and logged its stage's summary; the tables each step declares
 were written for the day; each table was validated (bronze after land, silver before gold) with
@@ -11,6 +12,7 @@ and mails the failure notification.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import shutil
@@ -23,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_harness import REPO, SmtpSink, airflow, airflow_env, body_text
+from airflow_harness import REPO, SmtpSink, StageServer, airflow, airflow_env, body_text
 from test_collect import TOKEN, admin, fixture  # noqa: F401 (admin: the replaying admin API)
 
 pytestmark = pytest.mark.slow
@@ -89,18 +91,21 @@ def canonical(rows: list[dict]) -> list[str]:
 
 def test_daily_dag_end_to_end_then_rerun_changes_nothing(airflow_home, tmp_path):
     home = tmp_path / "var"
-    with SmtpSink(tmp_path / "mail") as sink:
-        env = airflow_env(airflow_home, home, sink.port, BROKERLENS_DAG_RETRIES="0")
+    with SmtpSink(tmp_path / "mail") as sink, StageServer(airflow_env(airflow_home, home, sink.port), tmp_path / "server") as server:
+        env = airflow_env(airflow_home, home, sink.port, BROKERLENS_DAG_RETRIES="0", **server.environ)
         run_cli(env, "demo-data", "--date", DAY.isoformat(), "--scale", "0.01")
 
         first = dags_test(env, DAY)
         log = first.stdout + first.stderr
         assert first.returncode == 0, log[-6000:]
         assert task_states(airflow_home, DAY) == {s: "success" for s in STAGES}
-        # Each step's log has its stage's summary (StageResult.render, printed by the CLI and
-        # copied line by line by the operator): the heading, then what it wrote.
+        # Each step ran on the stage server, and its log has its stage's summary
+        # (StageResult.render, printed by the CLI and copied line by line by the operator): the
+        # heading, then what it wrote.
+        assert len(re.findall(r"\] brokerlens \w+ .*--date 2026-11-21 on the stage server of", log)) == len(STAGES)
+        assert "Spark-Submit cmd" not in log
         for stage in STAGES:  # the heading of validate --layer bronze is "validate bronze <day>"
-            assert re.search(rf"\] {stage.replace('_', ' ')} {DAY.isoformat()} +\[airflow\.task\.hooks", log), stage
+            assert re.search(rf"\] {stage.replace('_', ' ')} {DAY.isoformat()} +\[airflow\.task\.", log), stage
         assert re.search(r"\] bronze_dispatch: \d+ rows in \d+ files, version \d+ +\[airflow\.task", log)
         assert re.search(r"\] .*quarantined=\d+", log)
 
@@ -207,31 +212,39 @@ def test_a_failing_step_stops_the_later_ones_and_mails_the_failure(airflow_home,
     assert not list(home.rglob("*.html"))
 
 
-def stage_output(log: str, task_id: str) -> list[str]:
-    """What the stage's command printed, as the task log shows it (SparkSubmitHook's lines)."""
-    lines = re.findall(r"\] (.*?) +\[airflow\.task\.hooks\.[\w.]*SparkSubmitHook\]", log)
+def stage_output(log: str) -> list[str]:
+    """What the stage's command printed, as the task log shows it (the lines SparkSubmitHook
+    copies from spark-submit, or the operator from the stage server)."""
+    task_logger = r"\[airflow\.task\.(?:hooks\.[\w.]*SparkSubmitHook|operators\.[\w.]*StageSubmitOperator)\]"
+    lines = re.findall(rf"\] (.*?) +{task_logger}", log)
     return [line for line in lines if not line.startswith("Spark-Submit cmd")]
 
 
-def test_a_stage_failure_ends_its_task_log_with_the_reason(airflow_home, tmp_path):
-    """Light: one task (report, on empty tables) through the DAG's operator, failing on a path."""
+@pytest.mark.parametrize("on_server", [False, True], ids=["spark-submit", "stage-server"])
+def test_a_stage_failure_ends_its_task_log_with_the_reason(airflow_home, tmp_path, on_server):
+    """Light: one task (report, on empty tables) through the DAG's operator, failing on a path
+    that only the task's own environment names."""
     home, blocker = tmp_path / "var", tmp_path / "a-file"
     blocker.write_text("")
     day = date(2026, 11, 23)
-    with SmtpSink(tmp_path / "mail") as sink:
+    with SmtpSink(tmp_path / "mail") as sink, contextlib.ExitStack() as stack:
+        server = stack.enter_context(StageServer(airflow_env(airflow_home, home, sink.port), tmp_path / "server")) if on_server else None
         env = airflow_env(airflow_home, home, sink.port, BROKERLENS_FAILURE_EMAIL="oncall@example.com",
-                          BROKERLENS_DAG_RETRIES="0", BROKERLENS_REPORTS_DIR=str(blocker / "reports"))
+                          BROKERLENS_DAG_RETRIES="0", BROKERLENS_REPORTS_DIR=str(blocker / "reports"),
+                          **(server.environ if server else {}))
         run = airflow("tasks", "test", "brokerlens_daily", "report", day.isoformat(), env=env, timeout=900)
     log = run.stdout + run.stderr
     assert "new_state=failed" in log, log[-3000:]
+    assert ("on the stage server of" in log) == on_server
     reason = f"error: NotADirectoryError: [Errno 20] Not a directory: '{blocker / 'reports' / day.isoformat()}'"
     # The stage's last line is its reason; a user's mistake (a path) prints no stack trace.
-    output = stage_output(log, "report")
+    output = stage_output(log)
     assert output and output[-1] == reason, output[-5:]
     assert not any("Traceback" in line for line in output)
     # What Airflow records as the task's error is that reason, without spark-submit's traceback.
     assert f"report failed (exit code 2):\n{reason}" in log
     assert "The above exception was the direct cause" not in log and "Cannot execute: spark-submit" not in log
+    assert "During handling of the above exception" not in log
 
 
 def test_collection_dag_snapshots_a_cluster_into_landing(airflow_home, tmp_path, admin):

@@ -4,6 +4,9 @@
   (``brokerlens/submit.py``): the master comes from the ``spark_default`` connection, so moving
   to a cluster changes the connection, not the code. The stage's summary (rows in and out,
   quarantined, alerts sent) is on the command's stdout, which the operator copies to the task log.
+  With ``BROKERLENS_STAGE_SERVER`` (the address file of ``brokerlens serve``) the same command runs
+  on that long-running Spark application instead (``brokerlens/stage_server.py``): no JVM and
+  SparkContext to start per task.
 - :func:`stage_assets`: the Delta tables a step writes, as Airflow assets, so that other DAGs
   can be scheduled on them (``schedule=[Asset.ref(name="brokerlens.hole_alerts")]``).
 - :func:`notify_failure`: the ``on_failure_callback``, one mail through the SMTP connection.
@@ -112,6 +115,12 @@ def with_session_jars(conf: dict[str, str]) -> dict[str, str]:
     return {**conf, "spark.jars": ",".join(jars)}
 
 
+def stage_server_file() -> Path | None:
+    """``BROKERLENS_STAGE_SERVER``: the address file of the stage server the tasks run on, if any."""
+    value = os.environ.get("BROKERLENS_STAGE_SERVER", "").strip()
+    return Path(value) if value else None
+
+
 def _tee(lines: Iterable[str], tail: deque[str]) -> Iterator[str]:
     for line in lines:
         tail.append(line.rstrip("\n"))
@@ -124,7 +133,7 @@ class StageSubmitOperator(SparkSubmitOperator):
 
     A stage that fails on its data (exit code 1, e.g. a critical expectation) fails the task at
     once with the stage's own summary as the error; any other failure (a lost JVM, a busy
-    cluster) is retried with back-off.
+    cluster, an unreachable stage server) is retried with back-off.
     """
 
     def __init__(self, *, stage: str, layer: str | None = None, connections: Iterable[str] = (), **kwargs: Any) -> None:
@@ -143,6 +152,9 @@ class StageSubmitOperator(SparkSubmitOperator):
         self.connections = tuple(connections)
 
     def execute(self, context: Any) -> None:
+        server = stage_server_file()
+        if server is not None:
+            return self._execute_on_server(server)
         tail: deque[str] = deque(maxlen=60)
         if self.connections:
             self.env_vars = {**(self.env_vars or {}), **self._connection_env()}
@@ -154,15 +166,51 @@ class StageSubmitOperator(SparkSubmitOperator):
         self._hook._process_spark_submit_log = lambda itr: process_log(_tee(itr, tail))
         try:
             super().execute(context)
+            return
         except AirflowException:
             process = self._hook._submit_sp
-            summary = _error_summary(tail)
-            # from None: the reason is the stage's own error line, not spark-submit's command
-            # line and a second traceback (the hook's exception says only "Error code is: N").
-            if process is not None and process.returncode == STAGE_FAILED_EXIT:
-                raise AirflowFailException(f"{self.stage} failed (not retried):\n{summary}") from None
-            code = f" (exit code {process.returncode})" if process is not None else ""
-            raise AirflowException(f"{self.stage} failed{code}:\n{summary}") from None
+            returncode = process.returncode if process is not None else None
+        # Raised outside the handler: the reason is the stage's own error line, not spark-submit's
+        # command line and a second traceback (the hook's exception says only "Error code is: N").
+        self._fail(returncode, _error_summary(tail))
+
+    def _fail(self, returncode: int | None, summary: str) -> None:
+        if returncode == STAGE_FAILED_EXIT:
+            raise AirflowFailException(f"{self.stage} failed (not retried):\n{summary}")
+        code = f" (exit code {returncode})" if returncode is not None else ""
+        raise AirflowException(f"{self.stage} failed{code}:\n{summary}")
+
+    def _execute_on_server(self, address_file: Path) -> None:
+        """The command on the stage server, its output line by line in the task log. The stage
+        gets this task's ``BROKERLENS_*`` variables and its connections, as a spark-submit would."""
+        from brokerlens.stage_server import StageServerError, run_remote
+
+        tail: deque[str] = deque(maxlen=60)
+        environ = {k: v for k, v in os.environ.items() if k.startswith("BROKERLENS_") and k != "BROKERLENS_STAGE_SERVER"}
+        environ.update(connection_environ(self.connections))
+
+        def on_line(line: str) -> None:
+            tail.append(line)
+            self.log.info("%s", line)
+
+        def keep(connection: Any) -> None:
+            self._server_connection = connection
+
+        argv = [str(a) for a in self.application_args]
+        self.log.info("brokerlens %s on the stage server of %s", " ".join(argv), address_file)
+        try:
+            returncode = run_remote(address_file, argv, environ, on_line, keep)
+        except StageServerError as exc:
+            raise AirflowException(f"{self.stage}: {exc}") from None
+        if returncode != 0:
+            self._fail(returncode, _error_summary(tail))
+
+    def on_kill(self) -> None:
+        connection = getattr(self, "_server_connection", None)
+        if connection is not None:  # the server cancels the stage's Spark jobs when it sees this
+            connection.close()
+        else:
+            super().on_kill()
 
     def _connection_env(self) -> dict[str, str]:
         """The stage's connections (e.g. SMTP for ``alert``) for the spark-submit process, as

@@ -10,6 +10,7 @@ import sys
 import traceback
 from datetime import date, datetime
 from enum import Enum
+from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
@@ -221,6 +222,19 @@ def docs(
     typer.echo(f"{path} {'written' if changed else 'unchanged'}")
 
 
+@app.command()
+def serve(
+    address_file: Annotated[Optional[Path], typer.Option(help="Where to write the server's address and token (mode 0600; default $BROKERLENS_HOME/run/stage-server.json).")] = None,
+    port: Annotated[int, typer.Option(help="Port on 127.0.0.1 (default: a free one, named in the address file).")] = 0,
+    warm_up: Annotated[bool, typer.Option(help="First run the daily stages on a small generated day in a scratch folder, so that the first real day runs on a warm JVM.")] = True,
+) -> None:
+    """Run the daily stages for Airflow's tasks in one long-running Spark application (the DAG's
+    tasks use it when BROKERLENS_STAGE_SERVER names its address file); stops on SIGTERM."""
+    from brokerlens.stage_server import serve as serve_stages
+
+    raise typer.Exit(serve_stages(address_file, port, warm_up))
+
+
 @app.command("vacuum")
 def vacuum_cmd(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="List what would be deleted.")] = False,
@@ -271,15 +285,16 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
 
 
-def main(log_to_file: bool = True) -> None:
+def main(log_to_file: bool = True, argv: list[str] | None = None) -> None:
     """The ``brokerlens`` command. Errors end in one ``error:`` line on stderr (the last line of
     an Airflow task's log). The stack trace of an unexpected error goes to the log file, or to
     stderr with --verbose and under spark-submit (``log_to_file=False``, stderr is the task log);
-    a user's mistake needs none there."""
+    a user's mistake needs none there. ``argv``: the arguments, if not the process's (the stage
+    server runs commands in its own process)."""
     global _log_to_file
     _log_to_file = log_to_file
     try:
-        app()
+        app(args=argv, prog_name="brokerlens")
     except Exception as exc:  # SystemExit passes: the commands' own exit codes stand
         ours, theirs = _user_errors()
         user_error = isinstance(exc, ours + theirs)
