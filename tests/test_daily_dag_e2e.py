@@ -106,7 +106,7 @@ def test_daily_dag_end_to_end_then_rerun_changes_nothing(airflow_home, tmp_path)
         assert "Spark-Submit cmd" not in log
         for stage in STAGES:  # the heading of validate --layer bronze is "validate bronze <day>"
             assert re.search(rf"\] {stage.replace('_', ' ')} {DAY.isoformat()} +\[airflow\.task\.", log), stage
-        assert re.search(r"\] bronze_dispatch: \d+ rows in \d+ files, version \d+ +\[airflow\.task", log)
+        assert re.search(r"\] +bronze_dispatch: \d+ rows in \d+ files, version \d+ +\[airflow\.task", log)
         assert re.search(r"\] .*quarantined=\d+", log)
 
         lake = home / "lake"
