@@ -5,11 +5,13 @@ Asserted: the warm-up writes nothing where the server's settings point; the addr
 private and a request needs its token; only the daily stages run, with only brokerlens's and
 Airflow connections' variables; a stage's output and exit code come back as the command's own
 (the rows land says it wrote are in the table); a request's variables are its own (a failing
-report, then the server's own settings again); SIGTERM stops it and removes its address file.
+report, then the server's own settings again); a stage whose task went away is cancelled and
+the next one runs; SIGTERM stops it and removes its address file.
 """
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import signal
@@ -126,6 +128,26 @@ def test_a_request_s_variables_are_its_own(server, tmp_path):
     assert code == 0, lines[-20:]
     assert list((server["home"] / "reports" / DAY.isoformat()).glob("*.html"))
     assert json.loads(request(server, "GET", "/health")[1])["stages_run"] == 3
+
+
+def test_a_stage_whose_task_went_away_is_cancelled_and_the_server_goes_on(server):
+    address = json.loads(server["address"].read_text())
+    before = json.loads(request(server, "GET", "/health")[1])["stages_run"]
+    connection = http.client.HTTPConnection("127.0.0.1", int(address["url"].rsplit(":", 1)[1]))
+    body = {"argv": ["build", "--layer", "silver", "--date", DAY.isoformat()], "environ": {"BROKERLENS_HOME": str(server["home"])}}
+    connection.request("POST", "/run", json.dumps(body), {"Authorization": f"Bearer {address['token']}"})
+    response = connection.getresponse()
+    assert response.status == 200 and response.readline()  # the stage has started
+    response.close()
+    connection.close()
+    deadline = time.monotonic() + 300
+    while json.loads(request(server, "GET", "/health")[1])["stages_run"] == before:
+        assert time.monotonic() < deadline, "the stage never ended"
+        time.sleep(1)
+    assert "client of build --layer silver --date 2026-11-21 went away: cancelling its Spark jobs" in server["log"].read_text()
+    # The server goes on with the next stage.
+    code, lines = remote(server, "validate", "--layer", "bronze", "--date", DAY.isoformat())
+    assert code == 0, lines[-20:]
 
 
 def test_sigterm_stops_the_server_and_removes_its_address(server):

@@ -33,6 +33,7 @@ import os
 import queue
 import secrets
 import signal
+import sys
 import tempfile
 import threading
 import time
@@ -286,6 +287,13 @@ def serve(address_file: Path | None = None, port: int = 0, warm: bool = True) ->
     """Start Spark, warm it up, then serve stages until SIGTERM or SIGINT: ``brokerlens serve``."""
     from brokerlens.platform.spark import get_spark
 
+    # The server's own lines go to its own stderr, also while a stage's output goes to its client.
+    from brokerlens.platform import logs
+
+    own = logging.StreamHandler(sys.stderr)
+    own.setFormatter(logging.Formatter(logs.FORMAT, "%H:%M:%S"))
+    log.addHandler(own)
+    log.propagate = False
     spark = get_spark()
     if warm:
         log.info("stage server: warming up on a generated day")
