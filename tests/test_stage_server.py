@@ -5,7 +5,8 @@ Asserted: the warm-up writes nothing where the server's settings point; the addr
 private and a request needs its token; only the daily stages run, with only brokerlens's and
 Airflow connections' variables; a stage's output and exit code come back as the command's own
 (the rows land says it wrote are in the table); a request's variables are its own (a failing
-report, then the server's own settings again); a stage whose task went away is cancelled and
+report, then the server's own settings again); a stage sent while another runs waits and
+says so; a stage whose task went away is cancelled and
 the next one runs; SIGTERM stops it and removes its address file.
 """
 
@@ -19,6 +20,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -128,6 +130,22 @@ def test_a_request_s_variables_are_its_own(server, tmp_path):
     assert code == 0, lines[-20:]
     assert list((server["home"] / "reports" / DAY.isoformat()).glob("*.html"))
     assert json.loads(request(server, "GET", "/health")[1])["stages_run"] == 3
+
+
+def test_a_stage_sent_while_another_runs_waits_its_turn(server):
+    first: dict = {}
+    argv = ("validate", "--layer", "bronze", "--date", DAY.isoformat())
+    thread = threading.Thread(target=lambda: first.update(result=remote(server, *argv)))
+    thread.start()
+    deadline = time.monotonic() + 60
+    while json.loads(request(server, "GET", "/health")[1])["running"] != " ".join(argv):
+        assert time.monotonic() < deadline, "the first stage never started"
+        time.sleep(0.05)
+    code, lines = remote(server, *argv)
+    thread.join()
+    assert first["result"][0] == 0 and code == 0, lines[-20:]
+    assert lines[0] == "stage server: 1 stage(s) ahead of this one; waiting"
+    assert not any(line.startswith("stage server:") for line in first["result"][1])
 
 
 def test_a_stage_whose_task_went_away_is_cancelled_and_the_server_goes_on(server):

@@ -164,7 +164,8 @@ def _handler(server: "StageServer") -> type[BaseHTTPRequestHandler]:
             if self.path != "/health":
                 return self._reply(404, {"error": f"no {self.path}; GET /health, POST /run"})
             if self._authorized():
-                self._reply(200, {"pid": os.getpid(), "stages_run": server.stages_run, "waiting": server.jobs.qsize()})
+                running = server.running and " ".join(server.running.argv)
+                self._reply(200, {"pid": os.getpid(), "stages_run": server.stages_run, "running": running, "waiting": server.jobs.qsize()})
 
         def do_POST(self) -> None:  # noqa: N802
             if self.path != "/run":
@@ -209,13 +210,14 @@ class StageServer:
         self.token = secrets.token_urlsafe(32)
         self.jobs: "queue.Queue[_Job | None]" = queue.Queue()
         self.stages_run = 0
+        self.running: _Job | None = None
         self.http = ThreadingHTTPServer(("127.0.0.1", port), _handler(self))
         self.http.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.http.server_address[1]}"
 
     def submit(self, job: _Job) -> int:
-        """Queue ``job``; how many were waiting before it."""
-        ahead = self.jobs.qsize()
+        """Queue ``job``; how many stages are ahead of it (running or waiting)."""
+        ahead = self.jobs.qsize() + (self.running is not None)
         self.jobs.put(job)
         return ahead
 
@@ -245,10 +247,10 @@ class StageServer:
                 if job.gone.is_set():
                     job.exit_code = UNEXPECTED_EXIT
                 else:
-                    started = time.monotonic()
+                    started, self.running = time.monotonic(), job
                     log.info("running brokerlens %s", " ".join(job.argv))
                     job.exit_code = _run(self.spark, job)
-                    self.stages_run += 1
+                    self.stages_run, self.running = self.stages_run + 1, None
                     log.info("brokerlens %s: exit %s in %.1f s", " ".join(job.argv), job.exit_code, time.monotonic() - started)
                 job.lines.put(None)
                 if self.spark.sparkContext._jsc.sc().isStopped():
