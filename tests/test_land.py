@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from datetime import date
 
 from landing_helpers import FIXTURES, install_fixtures, rows
@@ -48,10 +49,30 @@ EXPECTED_QUARANTINE = {
 }
 
 
+def check_every_job_is_in_the_callers_group(sc, ungrouped_before: set[int]) -> None:
+    """Land's jobs, those of its pool threads too, ran under the caller's job group."""
+    deadline = time.monotonic() + 10  # the status tracker hears of jobs through the listener bus
+    while True:
+        grouped = sc.statusTracker().getJobIdsForGroup("land-under-test")
+        ungrouped = set(sc.statusTracker().getJobIdsForGroup()) - ungrouped_before
+        if (grouped and not ungrouped) or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert len(grouped) > 6 and not ungrouped, (len(grouped), sorted(ungrouped))
+
+
 def test_land_fixture_day(spark, settings):
     """One landing of the fixture day (landing is the slow part), every assertion on it."""
     install_fixtures(settings, "2026-11-21")
-    landed = land_day(DAY, settings)
+    # Under a job group, as the stage server runs a stage (it cancels the stage by it).
+    sc = spark.sparkContext
+    ungrouped_before = set(sc.statusTracker().getJobIdsForGroup())
+    sc.setJobGroup("land-under-test", "land")
+    try:
+        landed = land_day(DAY, settings)
+    finally:
+        sc.setLocalProperty("spark.jobGroup.id", None)
+    check_every_job_is_in_the_callers_group(sc, ungrouped_before)
     check_quarantine_reasons_for_every_bad_record(landed)
     check_dispatch_rows_keep_real_line_numbers()
     check_stats_rows_per_partition_and_subscription()

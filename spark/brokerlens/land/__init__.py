@@ -14,6 +14,7 @@ from datetime import date
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
+from pyspark.util import inheritable_thread_target
 
 from brokerlens.platform.progress import progress
 from brokerlens.platform.schemas import table_schema
@@ -66,9 +67,11 @@ def land_day(day: date, settings: Settings) -> StageResult:
     result = StageResult("land", day)
     quarantined, parsed_frames = [], []
     # The kinds land in parallel threads: most of a small kind's time is the driver's (plans,
-    # Delta's commit), which then overlaps with the other kinds' Spark jobs.
+    # Delta's commit), which then overlaps with the other kinds' Spark jobs. The threads take
+    # this one's Spark job group, by which the stage server cancels a stage.
+    land_kind_to_bronze = inheritable_thread_target(get_spark(settings))(_land_kind_to_bronze)
     with progress(f"land {day}", total=len(PARSERS), unit="kinds") as step, ThreadPoolExecutor(LAND_THREADS) as pool:
-        futures = [pool.submit(_land_kind_to_bronze, parser, day, settings) for parser in PARSERS]
+        futures = [pool.submit(land_kind_to_bronze, parser, day, settings) for parser in PARSERS]
         for parser, future in zip(PARSERS, futures):
             write, bad, parsed = future.result()
             step.note(parser.KIND)
