@@ -1074,12 +1074,13 @@ def run(
 ) -> dict:
     """The whole benchmark; writes the results to ``out`` (JSON) and returns them."""
     from brokerlens.platform.spark import get_spark
+    from brokerlens.platform.times import iso
 
     spark = spark or get_spark()
     work = work or out.parent / "work"
     work.mkdir(parents=True, exist_ok=True)
     cores = spark.sparkContext.defaultParallelism
-    started = datetime.now(timezone.utc)
+    started = datetime.now(timezone.utc).replace(microsecond=0)
     bench = Bench(spark, cores)
 
     def save(*_) -> None:  # after every section: a run cut short still leaves its figures
@@ -1089,7 +1090,7 @@ def run(
     try:
         results: dict = {
             "command": command,
-            "started_at": started.isoformat(timespec="seconds"),
+            "started_at": iso(started),
             "environment": environment(spark, cores),
             "notes": {
                 "rows": "dispatch_intervals records of the day (one per scope and one-second period with "
@@ -1137,7 +1138,7 @@ def run(
     finally:
         bench.close()
     results["complete"] = True
-    results["finished_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    results["finished_at"] = iso(datetime.now(timezone.utc).replace(microsecond=0))
     results["total_seconds"] = round((datetime.now(timezone.utc) - started).total_seconds(), 1)
     save()
     shutil.rmtree(work, ignore_errors=True)

@@ -40,7 +40,7 @@ from brokerlens.platform.settings import AlertSettings, RecipientGroup, Settings
 from brokerlens.platform.spark import get_spark
 from brokerlens.platform.stage import StageFailed, StageResult
 from brokerlens.platform.tables import merge_table, read_table, sql_equals
-from brokerlens.platform.times import utc
+from brokerlens.platform.times import collect, minute
 
 from .mail import MailError, build_message, send, smtp_session, smtp_target
 from .report.links import report_url, subscription_anchor
@@ -61,10 +61,6 @@ def _num(value) -> str:
     return "n/a" if value is None else f"{value:,.0f}"
 
 
-def _ts(value) -> str:
-    return "n/a" if value is None else value.strftime("%Y-%m-%d %H:%M UTC")
-
-
 def _rate(value) -> str:
     return "not enough snapshots" if value is None else f"{value:+,.0f} ranges/h"
 
@@ -75,7 +71,7 @@ def _forecast(alert: dict) -> str:
         return "not growing"
     if hours == 0:
         return "at or over the cap"
-    when = f" ({_ts(alert['forecast_cap_at'])})" if alert.get("forecast_cap_at") else ""
+    when = f" ({minute(alert['forecast_cap_at'])})" if alert.get("forecast_cap_at") else ""
     return f"cap in {hours:,.1f} h{when}"
 
 
@@ -87,7 +83,7 @@ def _environment() -> Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters.update(num=_num, ts=_ts, rate=_rate, forecast=_forecast,
+    env.filters.update(num=_num, ts=minute, rate=_rate, forecast=_forecast,
                        anchor=lambda a: subscription_anchor(a["cluster"], a["topic"], a["subscription"]))
     return env
 
@@ -124,7 +120,7 @@ def dispatch_limiters(day: date) -> list[dict]:
     per broker and day) and how it was chosen, for the mail summary."""
     daily = read_table("dispatch_daily").filter(F.col("day") == F.lit(day))
     rows = daily.select("cluster", "broker", "limiter_model", "limiter_model_source").distinct()
-    return [r.asDict() for r in rows.orderBy("cluster", "broker").collect()]  # one row per broker
+    return [r.asDict() for r in collect(rows.orderBy("cluster", "broker"))]  # one row per broker
 
 
 # ------------------------------------------------------------------------------ who gets what
@@ -164,7 +160,7 @@ def due_alerts(day: date, cfg: AlertSettings) -> list[dict]:
             | ((F.col("state") == "stale") & (F.col("stale_since") == F.lit(day)))
         )
     )
-    rows = [{k: utc(v) if isinstance(v, datetime) else v for k, v in r.asDict().items()} for r in due.collect()]
+    rows = [r.asDict() for r in collect(due)]
     return sorted(rows, key=_sort_key)
 
 
@@ -235,7 +231,7 @@ def settle_pending(day: date) -> list[str]:
     """Messages left pending by a run that stopped: sent if their outbox copy exists (the server
     had accepted them), else dropped, to be mailed again. A line per message."""
     pending: dict[str, list[dict]] = {}
-    for r in read_table("alert_notifications").filter((F.col("day") == F.lit(day)) & (F.col("status") == PENDING)).collect():
+    for r in collect(read_table("alert_notifications").filter((F.col("day") == F.lit(day)) & (F.col("status") == PENDING))):
         pending.setdefault(r["message_id"], []).append(r.asDict())
     lines = []
     for msg_id, rows in sorted(pending.items()):
@@ -282,7 +278,7 @@ def alert_day(day: date, settings: Settings, dry_run: bool = False) -> StageResu
     alerts = due_alerts(day, cfg)
     sent_today = read_table("alert_notifications").filter((F.col("day") == F.lit(day)) & (F.col("status") == SENT))
     accepted: dict[tuple, set[str]] = {}
-    for r in sent_today.select("group_name", *KEY, "recipients").collect():
+    for r in collect(sent_today.select("group_name", *KEY, "recipients")):
         accepted.setdefault(tuple(r)[:-1], set()).update(r["recipients"])
     messages = plan(day, cfg, alerts, accepted)
     result.metrics.update(alerts_due=len(alerts), messages=len(messages))

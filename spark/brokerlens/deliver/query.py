@@ -8,7 +8,7 @@ import io
 import json
 import logging
 import re
-from datetime import date, datetime, timezone
+from datetime import date, datetime
 from decimal import Decimal
 from typing import Any, Literal
 
@@ -18,6 +18,7 @@ from pyspark.sql import Row, SparkSession
 
 from brokerlens.platform.schemas import table_schemas
 from brokerlens.platform.table_admin import register_tables
+from brokerlens.platform.times import collect, iso
 
 OutputFormat = Literal["table", "csv", "json"]
 
@@ -38,7 +39,7 @@ def run_sql(query: str, spark: SparkSession | None = None) -> tuple[list[str], l
     PySparkLogger.getLogger("SQLQueryContextLogger").setLevel(logging.DEBUG if verbose else logging.CRITICAL)
     try:
         df = spark.sql(query)
-        return df.columns, df.collect()
+        return df.columns, collect(df)
     except PySparkException as exc:
         raise QueryError(explain(exc, query)) from exc
 
@@ -84,8 +85,7 @@ def _first_line(exc: PySparkException) -> str:
 def _plain(value: Any) -> Any:
     """JSON- and CSV-friendly value: ISO timestamps in UTC, numbers as numbers."""
     if isinstance(value, datetime):
-        stamp = value if value.tzinfo else value.replace(tzinfo=timezone.utc)
-        return stamp.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
+        return iso(value)
     if isinstance(value, date):
         return value.isoformat()
     if isinstance(value, Decimal):

@@ -10,8 +10,11 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import time
 from datetime import datetime, timezone
 from pathlib import Path
+
+from .times import iso
 
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
@@ -19,7 +22,9 @@ FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 def configure(verbosity: int = 0) -> None:
     level = logging.WARNING if verbosity < 0 else logging.INFO if verbosity == 0 else logging.DEBUG
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter(FORMAT, "%H:%M:%S"))
+    formatter = logging.Formatter(FORMAT, "%H:%M:%SZ")
+    formatter.converter = time.gmtime  # the time of day in UTC, as every time brokerlens prints
+    handler.setFormatter(formatter)
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(logging.WARNING)
@@ -52,7 +57,7 @@ def divert_stderr(command: str) -> Path | None:
     os.dup2(fd, 2)
     os.close(fd)
     sys.stderr = os.fdopen(terminal, "w", buffering=1, encoding=sys.stderr.encoding, errors="backslashreplace")
-    stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    stamp = iso(datetime.now(timezone.utc).replace(microsecond=0))
     os.write(2, f"\n==== {stamp} brokerlens {command} (pid {os.getpid()})\n".encode())
     return path
 

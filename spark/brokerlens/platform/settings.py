@@ -14,7 +14,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Iterator, Literal
 
-from pydantic import BaseModel, Field, SecretStr
+from pydantic import BaseModel, Field, SecretStr, field_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -31,6 +31,15 @@ class SparkSettings(BaseModel):
     driver_memory: str = "2g"
     ui: bool = False
     conf: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("conf")
+    @classmethod
+    def _utc_session(cls, conf: dict[str, str]) -> dict[str, str]:
+        # Days are UTC days and Spark writes timestamps as text in the session's zone.
+        zone = conf.get("spark.sql.session.timeZone", "UTC")
+        if zone != "UTC":
+            raise ValueError(f"spark.sql.session.timeZone is {zone!r}: brokerlens' sessions are in UTC, remove the setting")
+        return conf
 
 
 class SmtpSettings(BaseModel):

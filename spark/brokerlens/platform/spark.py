@@ -17,9 +17,13 @@ from pyspark.sql import SparkSession
 from .jars import session_jars
 from .settings import Settings, get_settings
 
+# A day is a UTC day, and Spark turns timestamps to text (date_format, casts, day boundaries
+# parsed from a date) in the session's zone: every session brokerlens uses is in UTC, whatever a
+# setting, spark-submit's --conf, the JVM's zone or the caller's own session says.
+SESSION_ZONE = "spark.sql.session.timeZone"
+
 # Settings the table layer depends on, whatever the deployment.
 SQL_CONF = {
-    "spark.sql.session.timeZone": "UTC",
     # Delta readers (delta-rs, DuckDB) expect INT64 microsecond timestamps, not Spark's INT96.
     "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
     "spark.sql.parquet.compression.codec": "zstd",
@@ -49,6 +53,7 @@ def get_spark(settings: Settings | None = None) -> SparkSession:
     """Return the process's SparkSession, creating it on first use."""
     active = SparkSession.getActiveSession()
     if active is not None:
+        active.conf.set(SESSION_ZONE, "UTC")
         return active
     settings = settings or get_settings()
     log4j = files("brokerlens.platform").joinpath("log4j2.properties")
@@ -68,7 +73,7 @@ def get_spark(settings: Settings | None = None) -> SparkSession:
         )
     builder = builder.config("spark.sql.shuffle.partitions", str(settings.spark.shuffle_partitions))
     builder = builder.config("spark.ui.enabled", str(settings.spark.ui).lower())
-    for key, value in {**SQL_CONF, **settings.spark.conf}.items():
+    for key, value in {**SQL_CONF, **settings.spark.conf, SESSION_ZONE: "UTC"}.items():
         builder = builder.config(key, value)
     if not under_spark_submit():
         builder = builder.config("spark.jars", ",".join(str(p) for p in session_jars()))

@@ -1,16 +1,85 @@
-"""Timestamps between Python and Spark, whatever the process's time zone.
+"""Timestamps between Python and Spark, whatever the time zone of the process, the JVM or the session.
 
-Spark computes in UTC (``spark.sql.session.timeZone``), but PySpark hands a collected timestamp
-back as a naive datetime in the *process's* zone (``TZ``), and reads a naive datetime given to
-``createDataFrame`` or ``lit`` in that zone too. So brokerlens gives Spark aware datetimes only,
-and makes collected ones aware with :func:`utc` before formatting or comparing them.
+A Spark TIMESTAMP is an instant (microseconds since the epoch). PySpark's ``collect()`` hands it
+back as a *naive* datetime in the Python process's zone (``TZ``), so a printer that takes it for
+UTC is off by the zone's offset; Arrow-less ``toPandas()`` does the same, and Arrow ``toPandas()``
+localises to ``spark.sql.session.timeZone`` instead. Arrow batches carry the instant itself,
+tagged UTC, so every row that leaves Spark for a person or a program goes through :func:`collect`:
+each TIMESTAMP (in structs, arrays and maps too) an aware UTC datetime, whatever the zones. A
+TIMESTAMP_NTZ has no zone and stays the naive wall time it holds. Printers then write instants
+with :func:`iso` or :func:`minute`, which say UTC. The other way, brokerlens gives Spark aware
+datetimes only: a naive one given to ``createDataFrame`` or ``lit`` is read in the process's zone.
 """
 
 from __future__ import annotations
 
 from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any, Callable
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, Row
+    from pyspark.sql.types import DataType
 
 
-def utc(value: datetime | None) -> datetime | None:
-    """A datetime collected from Spark (naive, local wall time) or an aware one, in UTC."""
-    return None if value is None else value.astimezone(timezone.utc)
+def collect(df: DataFrame) -> list[Row]:
+    """``df.collect()``, with every TIMESTAMP an aware UTC datetime."""
+    from pyspark.sql import Row
+
+    table = df.toArrow()
+    fields = df.schema.fields
+    make = Row(*[f.name for f in fields])
+    columns = [list(map(_converter(f.dataType), table.column(i).to_pylist())) for i, f in enumerate(fields)]
+    return [make(*values) for values in zip(*columns)]
+
+
+def first(df: DataFrame) -> Row | None:
+    """``df.first()``, with every TIMESTAMP an aware UTC datetime."""
+    rows = collect(df.limit(1))
+    return rows[0] if rows else None
+
+
+def _converter(kind: DataType) -> Callable[[Any], Any]:
+    """Arrow's Python value of a Spark type as ``collect()`` gives it (structs as Rows, maps as dicts)."""
+    # Imported here: the command line's start-up (logs) uses this module without Spark.
+    from pyspark.sql import Row
+    from pyspark.sql.types import ArrayType, MapType, StructType, TimestampType
+
+    if isinstance(kind, TimestampType):
+        convert = lambda v: v.astimezone(timezone.utc)  # noqa: E731
+    elif isinstance(kind, StructType):
+        make, parts = Row(*kind.names), [(f.name, _converter(f.dataType)) for f in kind.fields]
+        convert = lambda v: make(*[c(v[name]) for name, c in parts])  # noqa: E731
+    elif isinstance(kind, ArrayType):
+        element = _converter(kind.elementType)
+        convert = lambda v: [element(e) for e in v]  # noqa: E731
+    elif isinstance(kind, MapType):
+        key, value = _converter(kind.keyType), _converter(kind.valueType)
+        convert = lambda v: {key(k): value(e) for k, e in v}  # noqa: E731
+    else:
+        return lambda v: v
+    return lambda v: None if v is None else convert(v)
+
+
+def utc(value: datetime) -> datetime:
+    """An aware datetime in UTC; a naive one is refused rather than guessed at."""
+    if value.tzinfo is None:
+        raise ValueError(f"naive datetime {value.isoformat()}: its zone is unknown")
+    return value.astimezone(timezone.utc)
+
+
+def iso(value: datetime) -> str:
+    """An instant as ISO 8601 in UTC, ``2026-11-21T11:40:22Z``; a naive TIMESTAMP_NTZ as it is."""
+    if value.tzinfo is None:
+        return value.isoformat()
+    return utc(value).isoformat().replace("+00:00", "Z")
+
+
+def json_default(value: Any) -> str:
+    """``json.dumps(default=...)``: instants by :func:`iso`, anything else (days) as text."""
+    return iso(value) if isinstance(value, datetime) else str(value)
+
+
+def minute(value: datetime | None, missing: str = "n/a", zone: str = " UTC") -> str:
+    """An instant to the minute for people, ``2026-11-21 11:40 UTC`` (``zone=""`` under a heading
+    that says UTC)."""
+    return missing if value is None else utc(value).strftime("%Y-%m-%d %H:%M") + zone

@@ -9,6 +9,7 @@ from pyspark.sql import functions as F
 
 from brokerlens.gold.holes.alerts import SEVERITY_RANK
 from brokerlens.platform.settings import Settings
+from brokerlens.platform.times import collect, first
 
 from .blocks import SUBSCRIPTION, Number, Section, Table, day_rows, fmt, hhmm, limited, short_topic
 from .links import subscription_anchor
@@ -25,9 +26,9 @@ def alert_section(day: date, settings: Settings, headline: list[Number]) -> Sect
         "the alert across days, so an unchanged alert is not mailed every day.",
     )
     alerts = day_rows("hole_alerts", day)
-    counts = alerts.groupBy("state", "severity").count().collect()
+    counts = collect(alerts.groupBy("state", "severity").count())
     sent = day_rows("alert_notifications", day).where(F.col("status") == "sent")
-    mails = sent.agg(F.count(F.lit(1)).alias("mails"), F.countDistinct("group_name").alias("groups")).first()
+    mails = first(sent.agg(F.count(F.lit(1)).alias("mails"), F.countDistinct("group_name").alias("groups")))
     by_state = {s: sum(c["count"] for c in counts if c["state"] == s) for s in STATE_ORDER}
     by_severity = {s: sum(c["count"] for c in counts if c["severity"] == s) for s in ("critical", "warning", "forecast")}
     if not counts:
@@ -53,9 +54,7 @@ def alert_section(day: date, settings: Settings, headline: list[Number]) -> Sect
     # Most severe first (holes rank forecast < warning < critical); resolved rows (no severity) last.
     severity_rank = F.coalesce(*[F.when(F.col("severity") == k, F.lit(-v)) for k, v in SEVERITY_RANK.items()], F.lit(9))
     state_rank = F.coalesce(*[F.when(F.col("state") == k, F.lit(v)) for k, v in STATE_ORDER.items()], F.lit(9))
-    ordered = alerts.orderBy(severity_rank, state_rank, F.desc_nulls_last("ranges"), *SUBSCRIPTION).select(
-        "*", hhmm("forecast_cap_at").alias("forecast_text")
-    )
+    ordered = alerts.orderBy(severity_rank, state_rank, F.desc_nulls_last("ranges"), *SUBSCRIPTION)
     rows, more = limited(ordered, settings.report.max_rows)
     section.tables.append(
         Table(
@@ -65,7 +64,7 @@ def alert_section(day: date, settings: Settings, headline: list[Number]) -> Sect
                 [
                     r["severity"] or "—", r["state"], f"{short_topic(r['topic'])} · {r['subscription']}",
                     r["subscription_type"] or "—", fmt(r["ranges"]), fmt(r["cap"]),
-                    fmt(r["growth_per_hour"], 1), r["forecast_text"] or "—", r["first_seen"].isoformat(),
+                    fmt(r["growth_per_hour"], 1), hhmm(r["forecast_cap_at"]), r["first_seen"].isoformat(),
                     fmt(r["notified"]), r["reason"], r["hint"] or "—",
                 ]
                 for r in rows
@@ -79,7 +78,7 @@ def alert_section(day: date, settings: Settings, headline: list[Number]) -> Sect
     )
     mail_rows, mail_more = limited(
         sent.orderBy("sent_at", "group_name", *SUBSCRIPTION).select(
-            "*", hhmm("sent_at").alias("sent_text"), F.array_join("recipients", ", ").alias("to")
+            "*", F.array_join("recipients", ", ").alias("to")
         ),
         settings.report.max_rows,
     )
@@ -88,7 +87,7 @@ def alert_section(day: date, settings: Settings, headline: list[Number]) -> Sect
             Table(
                 ["sent (UTC)", "group", "to", "subscription", "state", "subject"],
                 [
-                    [m["sent_text"], m["group_name"], m["to"], f"{short_topic(m['topic'])} · {m['subscription']}",
+                    [hhmm(m["sent_at"]), m["group_name"], m["to"], f"{short_topic(m['topic'])} · {m['subscription']}",
                      m["state"], m["subject"]]
                     for m in mail_rows
                 ],

@@ -7,10 +7,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import date
 
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from brokerlens.platform.tables import read_table
+from brokerlens.platform.times import collect, minute
 
 SUBSCRIPTION = ("cluster", "topic", "subscription")
 
@@ -98,13 +99,14 @@ def short_topic(topic: str | None) -> str:
     return (topic or "").removeprefix("persistent://").removeprefix("non-persistent://")
 
 
-def hhmm(column: str) -> Column:
-    return F.date_format(F.col(column), "yyyy-MM-dd HH:mm")
+def hhmm(value) -> str:
+    """An instant to the minute, in a column or number whose heading says UTC."""
+    return minute(value, missing="—", zone="")
 
 
 def limited(df: DataFrame, limit: int) -> tuple[list, int]:
     """At most ``limit`` rows of an ordered DataFrame, and how many were left out."""
-    rows = df.limit(limit + 1).collect()
+    rows = collect(df.limit(limit + 1))
     if len(rows) <= limit:
         return rows, 0
     return rows[:limit], df.count() - limit

@@ -11,6 +11,7 @@ from pyspark.sql import functions as F
 from brokerlens.platform.settings import Settings
 from brokerlens.platform.spark import get_spark
 from brokerlens.platform.tables import read_table
+from brokerlens.platform.times import collect, first
 
 from .blocks import SUBSCRIPTION, Number, Section, Table, day_rows, fmt, fmt_bytes, hhmm, limited, pct, short_topic
 from .charts import cursor_chart
@@ -40,13 +41,13 @@ def cursor_section(day: date, settings: Settings, headline: list[Number]) -> Sec
         .where(F.col("_n") == 1)
         .withColumn("share_of_cap", F.col("ranges") / F.col("cap"))
     )
-    s = last.agg(
+    s = first(last.agg(
         F.count(F.lit(1)).alias("subscriptions"),
         F.sum(F.when(F.col("peak_over_cap") > 0, 1).otherwise(0)).alias("over_cap"),
         F.sum(F.when(F.col("peak") >= settings.alerts.warning_ranges, 1).otherwise(0)).alias("over_warning"),
         F.max("peak").alias("max_ranges"),
         F.sum("exposure_entries").alias("exposure"),
-    ).first()
+    ))
     if not s["subscriptions"]:
         section.empty = f"No cursor data for {day}: cursor_ranges has no rows for this day."
         headline.append(Number("subscriptions over the cap", "no data"))
@@ -69,7 +70,6 @@ def cursor_section(day: date, settings: Settings, headline: list[Number]) -> Sec
         .orderBy(F.desc("share_of_cap"), F.asc_nulls_last("hours_to_cap"), *SUBSCRIPTION)
         .select(
             "*",
-            hhmm("forecast_cap_at").alias("forecast_text"),
             F.unix_timestamp("snapshot_at").alias("last_epoch"),
             F.unix_timestamp("forecast_cap_at").alias("forecast_epoch"),
         )
@@ -90,7 +90,7 @@ def cursor_section(day: date, settings: Settings, headline: list[Number]) -> Sec
                     fmt(r["over_cap"]), fmt(r["exposure_entries"]),
                     f"{r['persisted_as'] or '—'} ({r['persist_mode'] or '—'})",
                     fmt_bytes(r["serialized_bytes"]) + (" (est.)" if r["serialized_bytes_source"] != "reported" else ""),
-                    fmt(r["growth_per_hour"], 1), fmt(r["hours_to_cap"], 1), r["forecast_text"] or "—",
+                    fmt(r["growth_per_hour"], 1), fmt(r["hours_to_cap"], 1), hhmm(r["forecast_cap_at"]),
                 ]
                 for r in rows
             ],
@@ -105,7 +105,7 @@ def cursor_section(day: date, settings: Settings, headline: list[Number]) -> Sec
     top_df = get_spark().createDataFrame(
         [tuple(r[k] for k in SUBSCRIPTION) for r in top], today.select(*SUBSCRIPTION).schema
     )
-    buckets = (
+    buckets = collect(
         read_table("cursor_ranges")
         .where(F.col("day").between(F.lit(first_day), F.lit(day)) & F.col("ranges").isNotNull())
         .join(F.broadcast(top_df), list(SUBSCRIPTION))
@@ -115,7 +115,6 @@ def cursor_section(day: date, settings: Settings, headline: list[Number]) -> Sec
         )
         .groupBy(*SUBSCRIPTION, "bucket")
         .agg(F.max("ranges").alias("ranges"))
-        .collect()
     )
     series: dict[tuple, list] = {}
     for b in buckets:

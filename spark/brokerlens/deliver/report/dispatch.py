@@ -11,6 +11,7 @@ from pyspark.sql import functions as F
 
 from brokerlens.platform.settings import Settings
 from brokerlens.platform.spark import get_spark
+from brokerlens.platform.times import collect, first
 
 from .blocks import Number, Section, Table, day_rows, fmt, fmt_bytes, limited, pct, short_topic
 from .charts import dispatch_chart
@@ -62,7 +63,7 @@ def dispatch_section(day: date, settings: Settings, headline: list[Number]) -> S
         "is starved. Charts: over-delivery per minute and the debt carried out, for the worst scopes.",
     )
     daily = day_rows("dispatch_daily", day)
-    s = daily.agg(
+    s = first(daily.agg(
         F.count(F.lit(1)).alias("scopes"),
         F.sum(F.when(F.col("periods_over") > 0, 1).otherwise(0)).alias("scopes_over"),
         F.sum("periods_over").alias("periods_over"),
@@ -70,7 +71,7 @@ def dispatch_section(day: date, settings: Settings, headline: list[Number]) -> S
         F.sum("excess_bytes").alias("excess_bytes"),
         F.max("max_debt_msgs").alias("max_debt_msgs"),
         F.sum("periods_starved").alias("periods_starved"),
-    ).first()
+    ))
     if not s["scopes"]:
         section.empty = f"No dispatch data for {day}: dispatch_daily has no rows for this day."
         headline.append(Number("scopes over quota", "no data"))
@@ -119,7 +120,7 @@ def dispatch_section(day: date, settings: Settings, headline: list[Number]) -> S
 
     top = rows[: settings.report.top_scopes]
     top_df = get_spark().createDataFrame([tuple(r[k] for k in SCOPE) for r in top], daily.select(*SCOPE).schema)
-    minutes = (
+    minutes = collect(
         _null_safe_join(day_rows("dispatch_periods", day), top_df, SCOPE)
         .withColumn("minute", F.floor((F.unix_timestamp("period_start") - _epoch(day)) / 60).cast("int"))
         .groupBy(*SCOPE, "minute")
@@ -129,7 +130,6 @@ def dispatch_section(day: date, settings: Settings, headline: list[Number]) -> S
             F.sum("over_bytes").alias("over_bytes"),
             F.max("debt_out_bytes").alias("debt_bytes"),
         )
-        .collect()
     )
     series: dict[tuple, list] = {}
     for m in minutes:

@@ -9,6 +9,7 @@ from datetime import date
 from pyspark.sql import functions as F
 
 from brokerlens.platform.settings import Settings
+from brokerlens.platform.times import first
 
 from .blocks import Number, Section, Table, day_rows, fmt, limited, pct, short_topic
 
@@ -23,16 +24,16 @@ def producer_section(day: date, settings: Settings, headline: list[Number]) -> S
     )
     lint = day_rows("producer_lint", day)
     health = day_rows("producer_health", day)
-    s = lint.agg(
+    s = first(lint.agg(
         F.sum(F.when(F.col("severity") == "error", 1).otherwise(0)).alias("errors"),
         F.sum(F.when(F.col("severity") == "warning", 1).otherwise(0)).alias("warnings"),
         F.countDistinct("cluster", "topic", "producer_name").alias("producers_flagged"),
-    ).first()
-    h = health.agg(
+    ))
+    h = first(health.agg(
         F.count(F.lit(1)).alias("producers"),
         F.sum("send_failed").alias("send_failed"),
         F.sum(F.when(F.col("batch_fill_ratio") < 0.5, 1).otherwise(0)).alias("underfilled"),
-    ).first()
+    ))
     if not h["producers"] and not s["producers_flagged"]:
         section.empty = f"No producer data for {day}: producer_health and producer_lint have no rows for this day."
         headline.append(Number("producers with lint findings", "no data"))

@@ -8,8 +8,9 @@ from datetime import date
 from pyspark.sql import functions as F
 
 from brokerlens.platform.settings import Settings
+from brokerlens.platform.times import first
 
-from .blocks import Number, Section, Table, day_rows, fmt, limited
+from .blocks import Number, Section, Table, day_rows, fmt, hhmm, limited
 
 
 def quality_section(day: date, settings: Settings, headline: list[Number]) -> Section:
@@ -33,20 +34,20 @@ def quality_section(day: date, settings: Settings, headline: list[Number]) -> Se
         section.empty = f"No data-quality results for {day}: `brokerlens validate` has not run for this day."
         headline.append(Number("failed expectations", "no data"))
         return section
-    s = latest.agg(
+    s = first(latest.agg(
         F.count(F.lit(1)).alias("expectations"),
         F.countDistinct("table_name").alias("tables"),
         F.sum(F.when(~F.col("success") & (F.col("severity") == "critical"), 1).otherwise(0)).alias("critical"),
         F.sum(F.when(~F.col("success") & (F.col("severity") != "critical"), 1).otherwise(0)).alias("warning"),
-        F.date_format(F.max("run_at"), "yyyy-MM-dd HH:mm").alias("run_at"),
-    ).first()
+        F.max("run_at").alias("run_at"),
+    ))
     failed = s["critical"] + s["warning"]
     section.numbers = [
         Number("expectations checked", fmt(s["expectations"])),
         Number("tables validated", fmt(s["tables"])),
         Number("critical failed", fmt(s["critical"]), "bad" if s["critical"] else "good"),
         Number("warnings failed", fmt(s["warning"]), "bad" if s["warning"] else ""),
-        Number("run at (UTC)", s["run_at"]),
+        Number("run at (UTC)", hhmm(s["run_at"])),
     ]
     headline.append(Number("failed expectations", fmt(failed), "bad" if failed else "good"))
     rows, more = limited(
