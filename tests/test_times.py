@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import re
 import time
 from datetime import datetime, timezone
+from pathlib import Path
 
 import pytest
 
@@ -76,3 +78,12 @@ def test_iso_says_utc_and_refuses_a_naive_instant():
     assert iso(datetime(2026, 11, 21, 11, 40)) == "2026-11-21T11:40:00"  # TIMESTAMP_NTZ: a wall time, no zone
     with pytest.raises(ValueError, match="naive"):
         minute(datetime(2026, 11, 21, 11, 40))
+
+
+def test_what_people_read_is_collected_through_times():
+    """The modules that print for people (mail, report, sql, validation) collect with times.collect."""
+    root = Path(__file__).resolve().parents[1] / "spark" / "brokerlens"
+    direct = re.compile(r"\.(collect|first|head|take|tail|toPandas|toLocalIterator)\(")
+    found = [f"{p.relative_to(root)}:{n}" for folder in ("deliver", "quality") for p in sorted((root / folder).rglob("*.py"))
+             for n, line in enumerate(p.read_text().splitlines(), 1) if direct.search(line)]
+    assert not found, f"rows collected without times.collect: {found}"
