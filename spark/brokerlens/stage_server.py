@@ -293,7 +293,7 @@ def serve(address_file: Path | None = None, port: int = 0, warm: bool = True) ->
     from brokerlens.platform import logs
 
     own = logging.StreamHandler(sys.stderr)
-    own.setFormatter(logging.Formatter(logs.FORMAT, "%H:%M:%S"))
+    own.setFormatter(logs.formatter())
     log.addHandler(own)
     log.propagate = False
     spark = get_spark()

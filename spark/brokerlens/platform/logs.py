@@ -19,12 +19,17 @@ from .times import iso
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
+def formatter() -> logging.Formatter:
+    """Log lines stamped with the time of day in UTC (``13:21:51Z``), like every time brokerlens prints."""
+    stamped = logging.Formatter(FORMAT, "%H:%M:%SZ")
+    stamped.converter = time.gmtime
+    return stamped
+
+
 def configure(verbosity: int = 0) -> None:
     level = logging.WARNING if verbosity < 0 else logging.INFO if verbosity == 0 else logging.DEBUG
     handler = logging.StreamHandler(sys.stderr)
-    formatter = logging.Formatter(FORMAT, "%H:%M:%SZ")
-    formatter.converter = time.gmtime  # the time of day in UTC, as every time brokerlens prints
-    handler.setFormatter(formatter)
+    handler.setFormatter(formatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(logging.WARNING)
