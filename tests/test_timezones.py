@@ -50,10 +50,9 @@ class Inbox:
         return "250 OK"
 
 
-def run_in_zone(zone: str, landing: Path, home: Path, smtp_port: int, command) -> None:
+def zone_env(zone: str, home: Path, smtp_port: int) -> dict[str, str]:
+    """A brokerlens process's environment under ``TZ=zone``, with its own home and mail sink."""
     assert Path("/usr/share/zoneinfo", zone).is_file(), f"time zone data (tzdata) missing for {zone}"
-    home.mkdir()
-    subprocess.run(["cp", "-r", str(landing), str(home / "landing")], check=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("BROKERLENS_", "AIRFLOW_CONN_"))}
     env.update(
         TZ=zone,
@@ -63,8 +62,14 @@ def run_in_zone(zone: str, landing: Path, home: Path, smtp_port: int, command) -
         BROKERLENS_REPORT__BASE_URL="https://ops.example.com/brokerlens/",
         AIRFLOW_CONN_SMTP_DEFAULT=f"smtp://127.0.0.1:{smtp_port}?disable_ssl=true&disable_tls=true",
     )
-    run = subprocess.run(command("run", "--date", DAY.isoformat()), env=env, capture_output=True, text=True,
-                         timeout=3600, cwd=home)
+    return env
+
+
+def run_in_zone(zone: str, landing: Path, home: Path, smtp_port: int, command) -> None:
+    home.mkdir()
+    subprocess.run(["cp", "-r", str(landing), str(home / "landing")], check=True)
+    run = subprocess.run(command("run", "--date", DAY.isoformat()), env=zone_env(zone, home, smtp_port),
+                         capture_output=True, text=True, timeout=3600, cwd=home)
     assert run.returncode == 0, f"TZ={zone}\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}"
 
 
