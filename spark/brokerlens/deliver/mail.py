@@ -22,6 +22,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 
 from pydantic import SecretStr
 
+from brokerlens.platform.redact import redact
 from brokerlens.platform.settings import Settings
 
 
@@ -120,6 +121,8 @@ def build_message(
 ) -> EmailMessage:
     """A message with a plain-text part and, when given, an HTML alternative; a fresh
     Message-ID unless the caller derives a stable one."""
+    # Whatever a mail quotes (a failure, a setting) leaves with its secrets masked.
+    subject, text, html = redact(subject), redact(text), html and redact(html)
     msg = EmailMessage()
     msg["Subject"] = subject
     msg["From"] = mail_from

@@ -22,6 +22,8 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from .redact import remember, secret_values
+
 
 class SparkSettings(BaseModel):
     master: str = "local[*]"
@@ -198,6 +200,10 @@ class Settings(BaseSettings):
         if config is not None:
             sources.append(TomlConfigSettingsSource(settings_cls, toml_file=config))
         return tuple(sources)
+
+    def model_post_init(self, context) -> None:
+        # Every secret setting, whatever its name, is masked in all output from now on.
+        remember(secret_values(self))
 
     def path(self, name: str) -> Path:
         """Resolved folder ``landing``, ``lake``, ``quarantine``, ``reports`` or ``outbox``."""
