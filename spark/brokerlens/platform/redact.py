@@ -27,6 +27,8 @@ from urllib.parse import quote
 
 from pydantic import BaseModel, SecretStr
 
+from .connections import airflow_connection
+
 MASK = "**********"  # what pydantic shows for a SecretStr
 _URL_PASSWORD = re.compile(r"(?<=://)([^/\s:@\"'<>]*):([^/\s@\"'<>]+)@")
 _lock = threading.Lock()
@@ -62,8 +64,6 @@ def remember(secrets: Iterable[str]) -> None:
 
 
 def _connection_passwords() -> set[str]:
-    from brokerlens.deliver.mail import airflow_connection
-
     found = set()
     for name in [n for n in os.environ if n.startswith("AIRFLOW_CONN_")]:
         try:
