@@ -6,13 +6,11 @@ import logging
 import os
 import subprocess
 import sys
-import threading
-from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 from pydantic import BaseModel, SecretStr
-from test_collect import TOKEN, Replay
+from test_collect import TOKEN, Replay, serving
 
 from brokerlens.deliver.mail import build_message
 from brokerlens.platform import redact
@@ -43,12 +41,8 @@ class Echo(Replay):
 @pytest.fixture
 def echo():
     Echo.overrides, Echo.failures, Echo.seen, Echo.echoing = {}, {}, [], set()
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Echo)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    with serving(Echo) as url:
+        yield url
 
 
 def everything_written(home: Path) -> str:

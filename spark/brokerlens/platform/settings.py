@@ -161,6 +161,15 @@ class CollectSettings(BaseModel):
     internal_stats: bool = True
 
 
+class LandSettings(BaseModel):
+    """`brokerlens land`."""
+
+    # The largest record (a stats JSON file, or a line) handed to Spark; a larger one is
+    # quarantined. Spark copies a record a few times while parsing it, in the driver's memory
+    # (spark.driver_memory) shared by three kinds landing at once.
+    max_record_mb: int = Field(default=32, ge=1)
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="BROKERLENS_", env_nested_delimiter="__", extra="ignore"
@@ -180,6 +189,7 @@ class Settings(BaseSettings):
     admin_url: str | None = None
     admin_token: SecretStr | None = None
     collect: CollectSettings = Field(default_factory=CollectSettings)
+    land: LandSettings = Field(default_factory=LandSettings)
     # Free-form sections owned by the stages (alerts, lint, ...); each stage validates its own.
     alerts: AlertSettings = Field(default_factory=AlertSettings)
     producers: ProducerSettings = Field(default_factory=ProducerSettings)
