@@ -101,7 +101,7 @@ def test_hostile_files_land_or_are_quarantined_within_the_driver_memory(brokerle
     watcher.start()
     started = time.monotonic()
     try:
-        run = subprocess.run(brokerlens_command("land", "--date", DAY), capture_output=True, text=True, timeout=900)
+        run = subprocess.run(brokerlens_command("land", "--date", DAY), capture_output=True, text=True, timeout=1800)
     finally:
         stop.set()
         watcher.join()
