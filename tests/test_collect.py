@@ -11,6 +11,7 @@ import logging
 import os
 import subprocess
 import threading
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
@@ -66,15 +67,24 @@ class Replay(BaseHTTPRequestHandler):
         pass
 
 
+@contextmanager
+def serving(handler):
+    """The base URL of a server on 127.0.0.1 answering with ``handler``, stopped after the block."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 @pytest.fixture
 def admin():
     Replay.overrides, Replay.failures, Replay.seen = {}, {FLAKY: 1}, []
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Replay)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    with serving(Replay) as url:
+        yield url
 
 
 @pytest.fixture

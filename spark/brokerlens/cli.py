@@ -15,7 +15,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from brokerlens.platform import logs
+from brokerlens.platform import logs, redact
 
 app = typer.Typer(
     help="brokerlens: batch analytics over Apache Pulsar broker telemetry.",
@@ -293,6 +293,7 @@ def main(log_to_file: bool = True, argv: list[str] | None = None) -> None:
     server runs commands in its own process)."""
     global _log_to_file
     _log_to_file = log_to_file
+    redact.install()  # no secret in any line this command prints or logs
     try:
         app(args=argv, prog_name="brokerlens")
     except Exception as exc:  # SystemExit passes: the commands' own exit codes stand

@@ -9,8 +9,6 @@ Otherwise ``settings.smtp`` applies. Passwords stay in ``SecretStr`` and are nev
 
 from __future__ import annotations
 
-import json
-import os
 import smtplib
 import ssl
 from contextlib import contextmanager
@@ -18,10 +16,11 @@ from dataclasses import dataclass
 from email.message import EmailMessage
 from email.utils import formatdate, make_msgid
 from typing import Iterator, Mapping
-from urllib.parse import parse_qsl, unquote, urlsplit
 
 from pydantic import SecretStr
 
+from brokerlens.platform.connections import BadConnection, airflow_connection
+from brokerlens.platform.redact import redact
 from brokerlens.platform.settings import Settings
 
 
@@ -54,45 +53,13 @@ def _flag(value: object) -> bool:
     return bool(value)
 
 
-def airflow_connection(conn_id: str, environ: Mapping[str, str] | None = None) -> dict | None:
-    """Airflow connection ``conn_id`` from ``AIRFLOW_CONN_<ID>`` (URI or JSON form), or None."""
-    environ = os.environ if environ is None else environ
-    raw = environ.get(f"AIRFLOW_CONN_{conn_id.upper()}")
-    if not raw:
-        return None
-    raw = raw.strip()
-    if raw.startswith("{"):
-        try:
-            conn = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise MailError(f"AIRFLOW_CONN_{conn_id.upper()} is not valid JSON: {exc.msg}") from None
-        extra = conn.get("extra") or {}
-        if isinstance(extra, str):
-            extra = json.loads(extra) if extra.strip() else {}
-        return {
-            "host": conn.get("host"),
-            "port": int(conn["port"]) if conn.get("port") not in (None, "") else None,
-            "login": conn.get("login"),
-            "password": conn.get("password"),
-            "extra": extra,
-        }
-    parts = urlsplit(raw)
-    query = dict(parse_qsl(parts.query, keep_blank_values=True))
-    # Airflow's URI form carries extras as query parameters, or as JSON in `__extra__`.
-    extra = json.loads(query.pop("__extra__")) if "__extra__" in query else query
-    return {
-        "host": unquote(parts.hostname or ""),
-        "port": parts.port,
-        "login": unquote(parts.username) if parts.username else None,
-        "password": unquote(parts.password) if parts.password else None,
-        "extra": extra,
-    }
-
-
 def smtp_target(settings: Settings, environ: Mapping[str, str] | None = None) -> SmtpTarget:
     """Where mail goes: Airflow's SMTP connection when the environment defines it, else settings."""
     cfg = settings.smtp
-    conn = airflow_connection(cfg.smtp_conn_id, environ)
+    try:
+        conn = airflow_connection(cfg.smtp_conn_id, environ)
+    except BadConnection as exc:
+        raise MailError(str(exc)) from None
     if conn is None:
         return SmtpTarget(
             host=cfg.host, port=cfg.port, login=cfg.user, password=cfg.password, ssl=cfg.ssl,
@@ -120,6 +87,8 @@ def build_message(
 ) -> EmailMessage:
     """A message with a plain-text part and, when given, an HTML alternative; a fresh
     Message-ID unless the caller derives a stable one."""
+    # Whatever a mail quotes (a failure, a setting) leaves with its secrets masked.
+    subject, text, html = redact(subject), redact(text), html and redact(html)
     msg = EmailMessage()
     msg["Subject"] = subject
     msg["From"] = mail_from

@@ -4,6 +4,8 @@ One parser module per landing kind (DESIGN.md "Landing formats"). Each turns the
 into its bronze rows plus a ``problem`` (reason, detail) that is null for a good record; good
 rows replace the day's bronze partition, bad ones the day's ``quarantine`` partition (stage
 ``land``). All parsing is Spark: files are read in parallel, never looped over on the driver.
+Which files are read is settled first (:mod:`.survey`): every other file of the day's folder is a
+quarantine row, and the summary counts, per kind, files seen and read, rows and quarantine rows.
 """
 
 from __future__ import annotations
@@ -24,21 +26,33 @@ from brokerlens.platform.stage import StageResult
 from brokerlens.platform.tables import write_table
 
 from . import dispatch, internal_stats, metrics, policies, producer_stats, topic_stats
-from .checks import UNREADABLE_FILE, mark_duplicates, quarantine_frame
-from .files import landing_files, read_lines, read_whole, split_readable
+from .checks import mark_duplicates, quarantine_frame
+from .files import read_lines, read_whole
+from .survey import KindFiles, NotRead, survey
 
 PARSERS = (topic_stats, internal_stats, dispatch, producer_stats, policies, metrics)
 KINDS = tuple(p.KIND for p in PARSERS)
 LAND_THREADS = 3
 
 
-def land_kind(parser, day: date, settings: Settings) -> tuple[DataFrame, DataFrame, DataFrame]:
+def survey_day(day: date, settings: Settings) -> dict[str, KindFiles]:
+    return survey(
+        settings.landing,
+        day.isoformat(),
+        {p.KIND: p.SUFFIXES for p in PARSERS},
+        whole_file={p.KIND for p in PARSERS if p.WHOLE_FILE},
+        max_record=settings.land.max_record_mb << 20,
+    )
+
+
+def land_kind(parser, day: date, settings: Settings, files: KindFiles | None = None) -> tuple[DataFrame, DataFrame, DataFrame]:
     """(bronze rows, quarantine rows, the parsed frame both come from: persisted, unpersist
-    it when done) of one landing kind for the day."""
+    it when done) of one landing kind for the day; ``files``: the kind's files from
+    :func:`survey_day` (surveyed here when not given)."""
     spark = get_spark(settings)
-    paths = landing_files(settings.landing, day.isoformat(), parser.KIND, parser.SUFFIXES)
-    readable, unreadable = split_readable(paths, settings.landing)
-    records = (read_whole if parser.WHOLE_FILE else read_lines)(spark, readable)
+    if files is None:
+        files = survey_day(day, settings)[parser.KIND]
+    records = (read_whole if parser.WHOLE_FILE else read_lines)(spark, files.read)
     if not parser.WHOLE_FILE:  # whole files are judged for duplicates per envelope, inside
         records = mark_duplicates(records, within_file=getattr(parser, "DUPLICATES_WITHIN_FILE", False))
     # Parsed once, used twice (bronze and quarantine), kept on local disk: every kind's parsed
@@ -48,17 +62,18 @@ def land_kind(parser, day: date, settings: Settings) -> tuple[DataFrame, DataFra
     schema = table_schema(parser.TABLE)
     good = parsed.where(F.col("problem").isNull()).select(*schema.column_names)
     bad = quarantine_frame(parsed.where(F.col("problem").isNotNull()), day, parser.KIND)
-    if unreadable:
-        rows = [
-            (day, "land", parser.KIND, u.source_file, None, UNREADABLE_FILE, u.detail, None, u.ingested_at)
-            for u in unreadable
-        ]
-        bad = bad.unionByName(spark.createDataFrame(rows, table_schema("quarantine").struct))
+    if files.not_read:
+        bad = bad.unionByName(not_read_frame(files.not_read, day, parser.KIND))
     return good, bad, parsed
 
 
-def _land_kind_to_bronze(parser, day: date, settings: Settings):
-    good, bad, parsed = land_kind(parser, day, settings)
+def not_read_frame(not_read: list[NotRead], day: date, kind: str) -> DataFrame:
+    rows = [(day, "land", kind, n.source_file, None, n.reason, n.detail, None, n.ingested_at) for n in not_read]
+    return get_spark().createDataFrame(rows, table_schema("quarantine").struct)
+
+
+def _land_kind_to_bronze(parser, day: date, settings: Settings, files: KindFiles):
+    good, bad, parsed = land_kind(parser, day, settings, files)
     write = write_table(good, parser.TABLE, mode="replace", partitions=[{"day": day}], settings=settings)
     return write, bad, parsed
 
@@ -70,8 +85,9 @@ def land_day(day: date, settings: Settings) -> StageResult:
     # Delta's commit), which then overlaps with the other kinds' Spark jobs. The threads take
     # this one's Spark job group, by which the stage server cancels a stage.
     land_kind_to_bronze = inheritable_thread_target(get_spark(settings))(_land_kind_to_bronze)
+    files = survey_day(day, settings)
     with progress(f"land {day}", total=len(PARSERS), unit="kinds") as step, ThreadPoolExecutor(LAND_THREADS) as pool:
-        futures = [pool.submit(land_kind_to_bronze, parser, day, settings) for parser in PARSERS]
+        futures = [pool.submit(land_kind_to_bronze, parser, day, settings, files[parser.KIND]) for parser in PARSERS]
         for parser, future in zip(PARSERS, futures):
             write, bad, parsed = future.result()
             step.note(parser.KIND)
@@ -80,6 +96,8 @@ def land_day(day: date, settings: Settings) -> StageResult:
             result.writes.append(write)
             result.metrics[f"{parser.KIND}_rows"] = write.rows
             quarantined.append(bad)
+    # Folders of no known kind: every file in them is a quarantine row, none is read.
+    quarantined += [not_read_frame(f.not_read, day, kind) for kind, f in files.items() if kind not in KINDS]
     everything = quarantined[0]
     for frame in quarantined[1:]:
         everything = everything.unionByName(frame)
@@ -88,9 +106,24 @@ def land_day(day: date, settings: Settings) -> StageResult:
     counts = everything.groupBy("kind", "reason").count().orderBy("kind", "reason").collect()
     for frame in parsed_frames:
         frame.unpersist()
+    _summarise(result, files, counts)
+    return result
+
+
+def _summarise(result: StageResult, files: dict[str, KindFiles], counts: list) -> None:
+    """Per kind: files seen, read, bronze rows, quarantine rows; then the quarantine by reason."""
+    result.metrics["files_seen"] = sum(f.seen for f in files.values())
+    result.metrics["files_read"] = sum(len(f.read) for f in files.values())
     result.metrics["quarantined"] = sum(r["count"] for r in counts)
+    per_kind: dict[str, int] = {}
+    for row in counts:
+        per_kind[row["kind"]] = per_kind.get(row["kind"], 0) + row["count"]
+    for kind, found in files.items():
+        rows = result.metrics.get(f"{kind}_rows", 0)
+        result.lines.append(
+            f"{kind}: {found.seen} files seen, {len(found.read)} read, {rows} rows, {per_kind.get(kind, 0)} quarantined"
+        )
     for row in counts:
         result.lines.append(f"quarantined {row['kind']}: {row['reason']} {row['count']}")
     if not counts:
         result.lines.append("quarantined: none")
-    return result

@@ -7,14 +7,12 @@ Every reader returns records as ``source_file, line, raw, ingested_at``:
 * ``ingested_at`` is the file's modification time (when it landed), so landing a day twice
   gives identical rows.
 
-Files that cannot be opened, or that hold binary content, never reach Spark: they come back
-as ``unreadable`` and become one quarantine row each.
+Which files are read is decided before (:mod:`brokerlens.land.survey`): files that cannot be
+opened, or that hold binary content, never reach Spark.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession, Window
@@ -29,47 +27,12 @@ RECORD_SCHEMA = T.StructType(
         T.StructField("ingested_at", T.TimestampType(), False),
     ]
 )
-# Enough of a file's head to tell text from binary (a NUL byte never occurs in JSON or
-# Prometheus text) without reading gigabytes on the driver.
-_SNIFF_BYTES = 4096
+# A byte-order mark some Windows tools write first: not part of the JSON or Prometheus text.
+BOM = "\ufeff"
 
 
-@dataclass(frozen=True)
-class Unreadable:
-    source_file: str
-    detail: str
-    ingested_at: datetime
-
-
-def landing_files(landing: Path, day: str, kind: str, suffixes: tuple[str, ...]) -> list[Path]:
-    folder = landing / day / kind
-    if not folder.is_dir():
-        return []
-    return sorted(p for p in folder.iterdir() if p.is_file() and p.name.endswith(suffixes))
-
-
-def relative(path: Path, landing: Path) -> str:
-    return path.relative_to(landing).as_posix()
-
-
-def split_readable(paths: list[Path], landing: Path) -> tuple[list[Path], list[Unreadable]]:
-    good, bad = [], []
-    for path in paths:
-        try:
-            with path.open("rb") as handle:
-                head = handle.read(_SNIFF_BYTES)
-            problem = "binary content (NUL bytes), not text" if b"\x00" in head else None
-        except OSError as exc:
-            problem = f"cannot read: {exc.strerror or exc}"
-        if problem is None:
-            good.append(path)
-            continue
-        try:
-            mtime = datetime.fromtimestamp(path.stat().st_mtime, tz=timezone.utc)
-        except OSError:
-            mtime = datetime.fromtimestamp(0, tz=timezone.utc)
-        bad.append(Unreadable(relative(path, landing), problem, mtime))
-    return good, bad
+def _without_bom(text: F.Column) -> F.Column:
+    return F.when(text.startswith(BOM), F.substring(text, 2, 2**31 - 1)).otherwise(text)
 
 
 def _source_file(path_col: str) -> F.Column:
@@ -85,7 +48,7 @@ def read_whole(spark: SparkSession, paths: list[Path]) -> DataFrame:
     return df.select(
         _source_file("_metadata.file_path").alias("source_file"),
         F.lit(None).cast("int").alias("line"),
-        F.col("value").alias("raw"),
+        _without_bom(F.col("value")).alias("raw"),
         F.col("_metadata.file_modification_time").alias("ingested_at"),
     )
 
@@ -101,7 +64,7 @@ def read_lines(spark: SparkSession, paths: list[Path]) -> DataFrame:
     if not paths:
         return spark.createDataFrame([], RECORD_SCHEMA)
     df = spark.read.text([str(p) for p in paths]).select(
-        F.col("value").alias("raw"),
+        _without_bom(F.col("value")).alias("raw"),
         F.col("_metadata.file_path").alias("path"),
         F.col("_metadata.file_block_start").alias("block"),
         F.col("_metadata.file_modification_time").alias("ingested_at"),

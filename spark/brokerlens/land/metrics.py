@@ -3,7 +3,7 @@
 A file saved with ``curl http://broker-1:8080/metrics > broker-1_8080.prom`` lands as it is:
 
 * cluster: the sample's ``cluster`` label (Pulsar puts it on every sample), else the file's;
-* broker: the file name, ``<broker>.prom`` or ``<broker>@<anything>.prom`` (``@`` starts a suffix
+* broker: the file name (without a ``.gz`` or ``.bz2`` of a compressed file), ``<broker>.prom`` or ``<broker>@<anything>.prom`` (``@`` starts a suffix
   that tells several scrapes of one broker apart); a ``:`` cannot be in a landing file name, so
   ``_<port>`` at the end stands for ``:<port>``: ``broker-1_8080@1000.prom`` is ``broker-1:8080``;
 * time: the sample's millisecond timestamp (Pulsar 2.x-3.x write one), else the latest timestamp
@@ -56,7 +56,7 @@ _TYPE = r"^#\s*TYPE\s+([a-zA-Z_:][a-zA-Z0-9_:]*)\s+(\S+)\s*$"
 _SAMPLE = r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})?[ \t]+(\S+)([ \t]+(-?[0-9]+))?[ \t]*$"
 _LABEL = r'([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"'
 _FAMILY_SUFFIX = r"_(bucket|sum|count|total|created)$"
-_FILE_NAME = r"([^/@]+?)(@[^/]*)?\.prom$"
+_FILE_NAME = r"([^/@]+?)(@[^/]*)?\.prom(\.gz|\.bz2)?$"
 _SKIPPED = "the file's samples are not landed"
 
 

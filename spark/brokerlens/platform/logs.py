@@ -14,6 +14,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+from .redact import redact, redacting
 from .times import iso
 
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -61,12 +62,13 @@ def divert_stderr(command: str) -> Path | None:
     terminal = os.dup(2)
     os.dup2(fd, 2)
     os.close(fd)
-    sys.stderr = os.fdopen(terminal, "w", buffering=1, encoding=sys.stderr.encoding, errors="backslashreplace")
+    terminal_stream = os.fdopen(terminal, "w", buffering=1, encoding=sys.stderr.encoding, errors="backslashreplace")
+    sys.stderr = redacting(terminal_stream)
     stamp = iso(datetime.now(timezone.utc).replace(microsecond=0))
     os.write(2, f"\n==== {stamp} brokerlens {command} (pid {os.getpid()})\n".encode())
     return path
 
 
 def to_log_file(text: str) -> None:
-    """Append ``text`` to whatever file descriptor 2 is (the log file once diverted)."""
-    os.write(2, (text.rstrip("\n") + "\n").encode("utf-8", "backslashreplace"))
+    """Append ``text``, redacted, to whatever file descriptor 2 is (the log file once diverted)."""
+    os.write(2, (redact(text).rstrip("\n") + "\n").encode("utf-8", "backslashreplace"))

@@ -22,6 +22,8 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from .redact import remember, secret_values
+
 
 class SparkSettings(BaseModel):
     master: str = "local[*]"
@@ -168,6 +170,15 @@ class CollectSettings(BaseModel):
     internal_stats: bool = True
 
 
+class LandSettings(BaseModel):
+    """`brokerlens land`."""
+
+    # The largest record (a stats JSON file, or a line) handed to Spark; a larger one is
+    # quarantined. Spark copies a record a few times while parsing it, in the driver's memory
+    # (spark.driver_memory) shared by three kinds landing at once.
+    max_record_mb: int = Field(default=32, ge=1)
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="BROKERLENS_", env_nested_delimiter="__", extra="ignore"
@@ -187,6 +198,7 @@ class Settings(BaseSettings):
     admin_url: str | None = None
     admin_token: SecretStr | None = None
     collect: CollectSettings = Field(default_factory=CollectSettings)
+    land: LandSettings = Field(default_factory=LandSettings)
     # Free-form sections owned by the stages (alerts, lint, ...); each stage validates its own.
     alerts: AlertSettings = Field(default_factory=AlertSettings)
     producers: ProducerSettings = Field(default_factory=ProducerSettings)
@@ -207,6 +219,10 @@ class Settings(BaseSettings):
         if config is not None:
             sources.append(TomlConfigSettingsSource(settings_cls, toml_file=config))
         return tuple(sources)
+
+    def model_post_init(self, context) -> None:
+        # Every secret setting, whatever its name, is masked in all output from now on.
+        remember(secret_values(self))
 
     def path(self, name: str) -> Path:
         """Resolved folder ``landing``, ``lake``, ``quarantine``, ``reports`` or ``outbox``."""

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from pyspark.sql import functions as F
 
+from brokerlens.platform.redact import redact
 from brokerlens.platform.schemas import table_schemas
 from brokerlens.platform.settings import Settings
 from brokerlens.platform.spark import get_spark
@@ -144,7 +145,7 @@ def validate_day(day: date, settings: Settings, layer: str | None = None) -> Sta
     folder = settings.reports / "validation" / day.isoformat()
     folder.mkdir(parents=True, exist_ok=True)
     report = folder / f"{run_at.strftime('%Y%m%dT%H%M%SZ')}.json"
-    report.write_text(json.dumps(rows, default=json_default, indent=1))
+    report.write_text(redact(json.dumps(rows, default=json_default, indent=1)))
     result.metrics.update(tables=len(suites), expectations=len(rows), critical_failed=len(failures), warnings=len(warnings))
     result.lines += [f"warning: {w}" for w in warnings]
     result.lines.append(f"results: {report}")

@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import date, datetime, timezone
 
 from brokerlens.platform.progress import progress
+from brokerlens.platform.redact import redact
 from brokerlens.platform.schemas import table_schemas
 from brokerlens.platform.settings import Settings
 from brokerlens.platform.stage import StageResult
@@ -72,7 +73,7 @@ def report_day(day: date, settings: Settings) -> StageResult:
     path.parent.mkdir(parents=True, exist_ok=True)
     # Write then rename: the file a mail links to is never half written.
     partial = path.with_suffix(".html.partial")
-    partial.write_text(html, encoding="utf-8")
+    partial.write_text(redact(html), encoding="utf-8")
     partial.replace(path)
     result.metrics.update(
         sections=len(sections),
