@@ -35,9 +35,10 @@ stack-down:
 bench: bootstrap
 	$(VENV)/python -m brokerlens_bench $(BENCH_ARGS)
 
-## make lock: recompile requirements/lock.txt from requirements/requirements.in
+## make lock: recompile requirements/lock.txt from pyproject.toml (with its extras) and requirements/requirements.in
 lock: bootstrap
-	$(VENV)/uv pip compile -q --python-version 3.11 requirements/requirements.in -o requirements/lock.txt
+	$(VENV)/uv pip compile -q --python-version 3.11 --extra airflow --extra dev \
+		pyproject.toml requirements/requirements.in -o requirements/lock.txt
 
 clean:
 	rm -rf var .pytest_cache
