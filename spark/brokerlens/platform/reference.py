@@ -19,7 +19,9 @@ LAYER_NOTES = {
 
 
 def docs_path() -> Path:
-    return schemas_dir().parent / "docs" / "tables.md"
+    """``docs/tables.md`` beside the schemas' real folder: in a checkout the package's
+    ``schemas`` links to the repository's, whose ``docs/`` this is."""
+    return schemas_dir().resolve().parent / "docs" / "tables.md"
 
 
 def _cell(text: str) -> str:
