@@ -232,7 +232,7 @@ def serve(
     tasks use it when BROKERLENS_STAGE_SERVER names its address file); stops on SIGTERM."""
     from brokerlens.stage_server import serve as serve_stages
 
-    raise typer.Exit(serve_stages(address_file, port, warm_up))
+    raise typer.Exit(serve_stages(main, address_file, port, warm_up))
 
 
 @app.command("vacuum")

@@ -14,7 +14,7 @@ from .cursors import ledger_list
 from .schedule import INTERNAL, SNAPSHOTS, dumps, fill, hash_stable, hhmm, iso
 
 if TYPE_CHECKING:
-    from .generate import Day
+    from .day import Day
 
 RANGE_BYTES = 26  # serialized bytes per range (≈ 5 MB at 200,000 ranges, seed 004)
 
