@@ -31,7 +31,8 @@ stack-down:
 ## make bench [BENCH_ARGS=...]: dispatch stages at 3 sizes (0.7M, 2.7M, 10.8M records) against a
 ## plain Spark pass and DuckDB, 3 consecutive days, landing, a large cluster's day (windows of 2,000 partitions,
 ## projected to 50,000); results in $(BROKERLENS_HOME)/bench/results.json
-## (python -m brokerlens_bench --help; BENCH_ARGS="--latest infra/bench/latest.json" refreshes the committed figures)
+## (python -m brokerlens_bench --help; BENCH_ARGS="--latest infra/bench/latest.json --page docs/benchmarks.md"
+## refreshes the committed figures)
 bench: bootstrap
 	$(VENV)/python -m brokerlens_bench $(BENCH_ARGS)
 
