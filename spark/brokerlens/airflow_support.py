@@ -21,10 +21,11 @@ from __future__ import annotations
 import logging
 import os
 from collections import deque
+from collections.abc import Iterable, Iterator
 from datetime import datetime, timedelta, timezone
 from html import escape
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator

@@ -37,12 +37,12 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, redirect_stderr, redirect_stdout
 from dataclasses import dataclass, field
 from datetime import date
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Callable, Iterator
 from urllib.parse import urlsplit
 
 log = logging.getLogger(__name__)
@@ -70,7 +70,7 @@ def default_address_file() -> Path:
 class _Job:
     argv: list[str]
     environ: dict[str, str]
-    lines: "queue.Queue[str | None]" = field(default_factory=queue.Queue)
+    lines: queue.Queue[str | None] = field(default_factory=queue.Queue)
     exit_code: int | None = None
     group: str = field(default_factory=lambda: f"brokerlens-{secrets.token_hex(6)}")
     gone: threading.Event = field(default_factory=threading.Event)
@@ -144,7 +144,7 @@ def _run(spark, command: Command, job: _Job) -> int:
     return code
 
 
-def _handler(server: "StageServer") -> type[BaseHTTPRequestHandler]:
+def _handler(server: StageServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, format: str, *args) -> None:  # noqa: A002 (the base class's name)
             log.debug("%s " + format, self.address_string(), *args)
@@ -212,7 +212,7 @@ class StageServer:
     def __init__(self, spark, command: Command, address_file: Path, port: int = 0) -> None:
         self.spark, self.command, self.address_file = spark, command, address_file
         self.token = secrets.token_urlsafe(32)
-        self.jobs: "queue.Queue[_Job | None]" = queue.Queue()
+        self.jobs: queue.Queue[_Job | None] = queue.Queue()
         self.stages_run = 0
         self.running: _Job | None = None
         self.http = ThreadingHTTPServer(("127.0.0.1", port), _handler(self))
@@ -292,10 +292,9 @@ def warm_up() -> float:
 def serve(command: Command, address_file: Path | None = None, port: int = 0, warm: bool = True) -> int:
     """Start Spark, warm it up, then serve stages until SIGTERM or SIGINT: ``brokerlens serve``,
     which gives its own entry point as ``command``."""
-    from brokerlens.platform.spark import get_spark
-
     # The server's own lines go to its own stderr, also while a stage's output goes to its client.
     from brokerlens.platform import logs
+    from brokerlens.platform.spark import get_spark
 
     own = logging.StreamHandler(sys.stderr)
     own.setFormatter(logging.Formatter(logs.FORMAT, "%H:%M:%S"))

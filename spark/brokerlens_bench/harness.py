@@ -8,9 +8,9 @@ import logging
 import os
 import shutil
 import time
+from collections.abc import Callable
 from datetime import date, timedelta
 from pathlib import Path
-from typing import Callable
 
 import pyarrow.parquet as pq
 

@@ -43,6 +43,7 @@ from .large_cluster import (
     snapshot,
 )
 
+
 class Template:
     """An envelope as JSON text with a ``%s`` for each varying field, %-formatted per row.
 

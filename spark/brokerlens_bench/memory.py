@@ -7,6 +7,7 @@ import threading
 
 import psutil
 
+
 class MemorySampler:
     """Peak RSS of this process, of the driver JVM and of Spark's Python workers.
 

@@ -7,9 +7,9 @@ import logging
 import os
 import platform
 import shutil
+from collections.abc import Callable
 from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
-from typing import Callable
 
 import psutil
 

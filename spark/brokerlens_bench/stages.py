@@ -11,6 +11,7 @@ import pyarrow.parquet as pq
 
 from .generate import SCOPE
 
+
 def write_out(frame, out: Path | None) -> int:
     """Write ``frame`` as Parquet to ``out`` and count what was written; ``out`` None: compute
     every row and column but write nothing (Spark's ``noop`` sink), to tell computing from

@@ -13,11 +13,11 @@ import json
 import os
 import smtplib
 import ssl
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from email.message import EmailMessage
 from email.utils import formatdate, make_msgid
-from typing import Iterator, Mapping
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from pydantic import SecretStr

@@ -9,7 +9,8 @@ the tables, `\\d TABLE` shows a table's columns, `\\f table|csv|json` changes th
 from __future__ import annotations
 
 import sys
-from typing import Iterable, Iterator, TextIO
+from collections.abc import Iterable, Iterator
+from typing import TextIO
 
 HELP = """\
 End a query with ; (or end of input). Tables are queried by name, e.g.

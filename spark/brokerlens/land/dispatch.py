@@ -7,7 +7,17 @@ from datetime import date
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from .checks import MISSING_FIELD, PRIORITY, Field, duplicate_problem, field_problems, first_problem, malformed_json, parse_object, typed_columns
+from .checks import (
+    MISSING_FIELD,
+    PRIORITY,
+    Field,
+    duplicate_problem,
+    field_problems,
+    first_problem,
+    malformed_json,
+    parse_object,
+    typed_columns,
+)
 
 KIND = "dispatch"
 TABLE = "bronze_dispatch"

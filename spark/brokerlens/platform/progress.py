@@ -23,8 +23,9 @@ from __future__ import annotations
 import logging
 import sys
 import time
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from typing import Iterable, Iterator, Literal, TypeVar
+from typing import Literal, TypeVar
 
 log = logging.getLogger(__name__)
 

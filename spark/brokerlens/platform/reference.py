@@ -45,7 +45,7 @@ def _table(schema: TableSchema) -> list[str]:
 
 def tables_markdown() -> str:
     schemas = table_schemas()
-    layers = [l for l in LAYERS if any(s.layer == l for s in schemas.values())]
+    layers = [layer for layer in LAYERS if any(s.layer == layer for s in schemas.values())]
     layers += sorted({s.layer for s in schemas.values()} - set(layers))
     lines = [
         "# Tables",

@@ -132,8 +132,8 @@ def _load(path: Path) -> TableSchema:
         raise SchemaError(f"{path}: name {schema.name!r} does not match the file name")
     for col in [*schema.partition_by, *schema.key]:
         schema.column(col)
-    for col in schema.columns:
-        col.spark_type  # fail early on a bad type name
+    for column in schema.columns:
+        parse_type(column.type)  # fail early on a bad type name
     return schema
 
 

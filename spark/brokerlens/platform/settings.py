@@ -9,10 +9,11 @@ Precedence (highest first): environment (``BROKERLENS_*``, nested with ``__``, e
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
-from typing import Iterator, Literal
+from typing import Literal
 
 from pydantic import BaseModel, Field, SecretStr
 from pydantic_settings import (

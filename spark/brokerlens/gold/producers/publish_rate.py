@@ -12,6 +12,7 @@ from brokerlens.platform.settings import ProducerSettings
 
 from .config import PRODUCER, partitions_at_least_one
 
+
 def publish_limits(config: ProducerSettings) -> list[tuple[str, str, str, float, float]]:
     """(scope, dimension, text, rate, burst) per configured limit; a bad limit is an error."""
     limits = []

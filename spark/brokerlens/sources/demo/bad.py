@@ -161,7 +161,7 @@ _DROP = _Drop()
 def manifest(sim, day: date, scale: float, seed: int, counts: dict, bad_records: list[dict],
              dispatch_scopes: list[dict], policy_changes: list[dict], spanning: list[dict]) -> dict:
     over, near, forecast = [], [], []
-    for t, i, name, broker in sim.partitions:
+    for t, _i, name, broker in sim.partitions:
         for s in t.subs:
             cursor = sim.cursors[name][s.name]
             end = cursor.count(DAY_END)

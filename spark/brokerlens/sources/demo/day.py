@@ -144,7 +144,7 @@ class Day:
     def counters_without_exporter(self) -> None:
         """Published and delivered per 10-minute bin for partitions without dispatch records."""
         diurnal = 0.6 + 0.4 * np.sin((SNAPSHOTS / DAY - 0.3) * 2 * np.pi)
-        for t, i, name, broker in self.partitions:
+        for t, _i, name, broker in self.partitions:
             if broker in self.cluster.exporter_brokers:
                 continue
             entries = self.rng.poisson(t.entry_rate * 600 * diurnal)
@@ -159,7 +159,7 @@ class Day:
     def build_cursors(self) -> None:
         self.cursors, self.ledgers = {}, {}
         next_id = 1000 + int(self.rng.integers(0, 500))
-        for t, i, name, broker in self.partitions:
+        for t, i, name, _broker in self.partitions:
             base = int(self.rng.integers(2_000_000, 9_000_000))
             v = self.entry_rate[name]
             cursors = {}

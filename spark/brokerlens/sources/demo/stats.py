@@ -82,7 +82,7 @@ def _sub_stats(day: Day, t: TopicSpec, s: SubSpec, name: str, k: int, second: in
     out_counter, out_bytes = base + msgs[: k + 1].sum(), base * t.msg_bytes + nbytes[: k + 1].sum()
     reset = day.cluster.counter_resets.get(name)
     if reset is not None and second >= reset:
-        after = SNAPSHOTS > reset
+        after = reset < SNAPSHOTS
         # Counters restart at the reload; the bin holding it contributes the part after it.
         first_bin = int(np.argmax(after))
         share = (SNAPSHOTS[first_bin] - reset) / 600
@@ -128,7 +128,7 @@ def topic_stats(day: Day, t: TopicSpec, i: int, name: str, broker: str, k: int) 
     in_counter = int(published[: k + 1].sum()) + 5_000_000
     reset = day.cluster.counter_resets.get(name)
     if reset is not None and second >= reset:
-        in_counter = int(published[int(np.argmax(SNAPSHOTS > reset)): k + 1].sum())
+        in_counter = int(published[int(np.argmax(reset < SNAPSHOTS)): k + 1].sum())
     producers = [p for p in day.cluster.producers if p.topic is t]
     rate_in = float(published[k]) / 600
     publishers = [fill(
@@ -222,7 +222,7 @@ def write_internal_stats(day: Day, out: Path) -> tuple[int, int, list[dict]]:
     spanning = []
     for second in INTERNAL:
         array = _EnvelopeArray(out / f"snapshot-{hhmm(int(second))}.json")
-        for t, i, name, broker in day.partitions:
+        for t, _i, name, broker in day.partitions:
             ledgers = day.ledgers[name]
             cursors, states = {}, {}
             for s in t.subs:
