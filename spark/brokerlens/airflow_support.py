@@ -164,7 +164,7 @@ class StageSubmitOperator(SparkSubmitOperator):
         self._hook = self._get_hook()
         process_log = self._hook._process_spark_submit_log
         # Keep the end of the command's output: the CLI's error summary goes into the failure mail.
-        self._hook._process_spark_submit_log = lambda itr: process_log(_tee(itr, tail))
+        self._hook._process_spark_submit_log = lambda itr: process_log(_tee(itr, tail))  # type: ignore[method-assign]
         try:
             super().execute(context)
             return

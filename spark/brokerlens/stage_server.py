@@ -282,7 +282,7 @@ def warm_up() -> float:
         settings = get_settings().model_copy(update={"home": Path(scratch), **folders})
         run_stage("demo-data", WARM_UP_DAY, settings, scale=WARM_UP_SCALE)
         for stage, layer in DAILY_STEPS:
-            options = {"layer": layer} if layer else {}
+            options: dict[str, object] = {"layer": layer} if layer else {}
             if stage == "alert":
                 options["dry_run"] = True  # no mail about a made-up day
             run_stage(stage, WARM_UP_DAY, settings, **options)

@@ -136,6 +136,7 @@ def build_message(
 @contextmanager
 def smtp_session(target: SmtpTarget) -> Iterator[smtplib.SMTP]:
     """An open, logged-in SMTP session; any failure to get there is a MailError."""
+    client: smtplib.SMTP
     try:
         if target.ssl:
             client = smtplib.SMTP_SSL(

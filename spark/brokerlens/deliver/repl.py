@@ -140,6 +140,6 @@ def repl(fmt: str = "table", stdin: TextIO | None = None, stdout: TextIO | None 
             stderr.write(f"error: {exc}\n")
             failed = True
             continue
-        stdout.write(format_rows(columns, rows, fmt) + "\n")
+        stdout.write(format_rows(columns, rows, fmt) + "\n")  # type: ignore[arg-type]  (format_rows rejects others)
         stdout.flush()
     return 2 if failed and not interactive else 0

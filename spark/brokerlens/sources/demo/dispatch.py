@@ -17,7 +17,7 @@ nothing is pending and no debt is outstanding, where nothing can change).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import date, datetime, timezone
 from functools import lru_cache
@@ -80,8 +80,8 @@ class Demand:
     consumer disconnect).
     """
 
-    arrivals: callable
-    outage: callable
+    arrivals: Callable[[int, int], np.ndarray]
+    outage: Callable[[int, int], np.ndarray]
     redeliveries: dict[int, tuple[np.ndarray, np.ndarray]]
 
 
