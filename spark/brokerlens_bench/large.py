@@ -14,7 +14,7 @@ from .harness import Bench, daily_step
 log = logging.getLogger("brokerlens.bench")
 
 
-# Issue 16, target 4: 50,000 partitions on 16 and 64 cores (and the generated size on this machine).
+# The size of a large deployment: 50,000 partitions on 16 and 64 cores (and the generated size on this machine).
 PROJECTED = ((50_000, 16), (50_000, 64))
 LARGE_PARTITIONS = 2000
 LARGE_MINUTES = (15, 30)  # two windows: the day projected from their difference

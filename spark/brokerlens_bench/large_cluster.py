@@ -1,4 +1,4 @@
-"""A large cluster's day for `make bench` (issue 16, target 4), generated column-wise.
+"""A large cluster's day for `make bench` generated column-wise.
 
 P topic partitions (partitioned topics of 4 partitions over 10 brokers) x 3 subscriptions
 (Shared, Failover, Key_Shared, 2 consumers each), written as `brokerlens demo-data` writes

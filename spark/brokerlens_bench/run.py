@@ -152,7 +152,7 @@ def failed_sections(results: dict) -> dict[str, str]:
 
 
 def targets(results: dict) -> dict:
-    """Issue 16's figures side by side: land / its floor per demo scale, dispatch_periods / the
+    """The figures the targets are stated against, side by side: land / its floor per demo scale, dispatch_periods / the
     plain pass and / DuckDB at the largest size, the DAG's wall time."""
     out: dict = {}
     for entry in results.get("landing") if isinstance(results.get("landing"), list) else []:

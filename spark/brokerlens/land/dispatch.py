@@ -1,4 +1,4 @@
-"""dispatch/*.jsonl: one record per scope per throttling period (DESIGN.md "Landing formats")."""
+"""dispatch/*.jsonl: one record per scope per throttling period (schemas/landing/README.md)."""
 
 from __future__ import annotations
 

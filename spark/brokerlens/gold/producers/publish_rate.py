@@ -1,5 +1,5 @@
 """Gold ``publish_rate_conformance``: producer send series against the configured publish-rate
-limits (``[[producers.publish_rate_limits]]``, EMQX notation), through seed 001's token bucket
+limits (``[[producers.publish_rate_limits]]``, EMQX notation), through EMQX's token bucket
 (``brokerlens.gold.token_bucket``) held per topic partition."""
 
 from __future__ import annotations

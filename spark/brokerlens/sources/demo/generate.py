@@ -1,6 +1,6 @@
 """``brokerlens demo-data``: a realistic day of landing files in Pulsar's own formats.
 
-Layout (DESIGN.md "Landing formats", schemas/landing/README.md): ``<landing>/<day>/<kind>/...``
+Layout (schemas/landing/README.md): ``<landing>/<day>/<kind>/...``
 plus ``_demo_manifest.json`` listing the deliberately bad records and what the day should show.
 Everything derives from (day, scale, seed): the same inputs give byte-identical files.
 """

@@ -16,7 +16,7 @@ from .schedule import INTERNAL, SNAPSHOTS, dumps, fill, hash_stable, hhmm, iso
 if TYPE_CHECKING:
     from .day import Day
 
-RANGE_BYTES = 26  # serialized bytes per range (≈ 5 MB at 200,000 ranges, seed 004)
+RANGE_BYTES = 26  # serialized bytes per range (≈ 5 MB at 200,000 ranges)
 
 # The fields of each stats object in the admin API's order, with the values the demo's cluster
 # never varies (transactions, offload, compaction, ...); None marks a field each snapshot sets.
