@@ -196,10 +196,7 @@ def landing_floor(spark, landing_day: Path, out: Path) -> int:
         paths = [str(p) for p in sorted((landing_day / parser.KIND).glob("*")) if p.name.endswith(parser.SUFFIXES)]
         if not paths:
             continue
-        if parser.KIND == "metrics":
-            frame = spark.read.text(paths)
-        else:
-            frame = spark.read.json(paths, multiLine=parser.WHOLE_FILE)
+        frame = spark.read.text(paths) if parser.KIND == "metrics" else spark.read.json(paths, multiLine=parser.WHOLE_FILE)
         rows += write_out(frame, out / parser.KIND)
     return rows
 

@@ -20,6 +20,8 @@ RANGE_BYTES = 26  # serialized bytes per range (≈ 5 MB at 200,000 ranges)
 
 # The fields of each stats object in the admin API's order, with the values the demo's cluster
 # never varies (transactions, offload, compaction, ...); None marks a field each snapshot sets.
+# Kept as compact tables, a few fields a line, as the admin API lists them.
+# fmt: off
 CONSUMER_FIELDS = {
     "msgRateOut": None, "msgThroughputOut": None, "bytesOutCounter": None, "msgOutCounter": None,
     "msgRateRedeliver": None, "messageAckRate": None, "chunkedMessageRate": 0.0, "consumerName": None,
@@ -68,6 +70,7 @@ MANAGED_LEDGER_FIELDS = {
     "pendingAddEntriesCount": 0, "lastConfirmedEntry": None, "state": "LedgerOpened", "ledgers": None,
     "cursors": None, "schemaLedgers": [],
     "compactedLedger": {"ledgerId": -1, "entries": -1, "size": -1, "offloaded": False, "underReplicated": False}}
+# fmt: on
 
 
 def serialized_size(ranges):
