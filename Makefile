@@ -4,40 +4,52 @@ VENV := .venv/bin
 DAY ?= $(shell date -u -d yesterday +%Y-%m-%d)
 export BROKERLENS_HOME ?= $(CURDIR)/var
 
-.PHONY: bootstrap test run stack-up stack-down bench lock clean
+.PHONY: help bootstrap lint test run stack-up stack-down bench lock clean
 
-bootstrap:
+help: ## every target, one line each
+	@awk -F':.*## ' '/^[a-z-]+:.*## / {printf "  make %-11s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+bootstrap: ## create .venv with the locked dependencies (every target does it first)
 	@infra/bootstrap.sh
+
+## make lint: ruff's lint and format check over the repository's Python, mypy on the package
+## (configured in pyproject.toml; .pre-commit-config.yaml runs the same on each commit)
+lint: bootstrap ## ruff (lint, format check) and mypy
+	$(VENV)/ruff check .
+	$(VENV)/ruff format --check .
+	$(VENV)/mypy
 
 ## make test: the whole test suite (real Spark, Delta, Airflow, SMTP, headless Chromium; the
 ## browser and Prometheus are installed if missing: infra/install-test-tools.sh)
-test: bootstrap
+test: bootstrap lint ## make lint, then the whole test suite (45 minutes on 2 cores)
 	infra/install-test-tools.sh
 	$(VENV)/pytest $(PYTEST_ARGS)
 
 ## make run [DAY=YYYY-MM-DD]: demo data for DAY, then the daily Airflow DAG on it (airflow dags
 ## test), with the local SMTP sink receiving the mail; says step k of n and how long each took
 ## (the full log is in $(BROKERLENS_HOME)/stack/run-DAY.log); prints where tables, report and mail are
-run: bootstrap
+run: bootstrap ## demo data for DAY (yesterday), then the daily Airflow DAG on it
 	infra/stack.sh run-day $(DAY) --demo-data
 
 ## make stack-up / stack-down: Airflow standalone (UI on 127.0.0.1:8080) and the SMTP sink
-stack-up: bootstrap
+stack-up: bootstrap ## Airflow standalone, the SMTP sink and the stage server
 	infra/stack.sh up
 
-stack-down:
+stack-down: ## stop them
 	infra/stack.sh down
 
 ## make bench [BENCH_ARGS=...]: dispatch stages at 3 sizes (0.7M, 2.7M, 10.8M records) against a
 ## plain Spark pass and DuckDB, 3 consecutive days, landing, a large cluster's day (windows of 2,000 partitions,
 ## projected to 50,000); results in $(BROKERLENS_HOME)/bench/results.json
-## (python -m brokerlens_bench --help; BENCH_ARGS="--latest infra/bench/latest.json" refreshes the committed figures)
-bench: bootstrap
+## (python -m brokerlens_bench --help; BENCH_ARGS="--latest infra/bench/latest.json --page docs/benchmarks.md"
+## refreshes the committed figures)
+bench: bootstrap ## the benchmarks, separate from the tests (BENCH_ARGS=...)
 	$(VENV)/python -m brokerlens_bench $(BENCH_ARGS)
 
-## make lock: recompile requirements/lock.txt from requirements/requirements.in
-lock: bootstrap
-	$(VENV)/uv pip compile -q --python-version 3.11 requirements/requirements.in -o requirements/lock.txt
+## make lock: recompile requirements/lock.txt from pyproject.toml (with its extras) and requirements/requirements.in
+lock: bootstrap ## recompile requirements/lock.txt
+	$(VENV)/uv pip compile -q --python-version 3.11 --extra airflow --extra dev \
+		pyproject.toml requirements/requirements.in -o requirements/lock.txt
 
-clean:
+clean: ## remove var/ and pytest's cache
 	rm -rf var .pytest_cache

@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+# Fixtures that tests of several files share: the local SMTP server, the report's seeded day.
+pytest_plugins = ["alert_helpers", "report_data"]
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 # Tests must not pick up a developer's settings file.
 os.environ.pop("BROKERLENS_CONFIG", None)

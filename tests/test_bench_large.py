@@ -10,7 +10,8 @@ from datetime import date
 import pytest
 
 import brokerlens_bench as bench
-import brokerlens_bench_large as large
+from brokerlens_bench import large_cluster as large
+from brokerlens_bench.large_files import write_large_day
 
 DAY = date(2026, 11, 20)
 PARTITIONS, MINUTES = 8, 6  # internal stats at 00:00 and 00:05
@@ -18,7 +19,7 @@ SUBS = len(large.SUBSCRIPTIONS)
 
 
 def test_generated_files_and_counters(tmp_path):
-    counts = large.write_large_day(tmp_path, DAY, PARTITIONS, MINUTES)
+    counts = write_large_day(tmp_path, DAY, PARTITIONS, MINUTES)
     root = tmp_path / DAY.isoformat()
     brokers = min(PARTITIONS, large.BROKERS)
     internal = -(-MINUTES * 60 // large.INTERNAL_EVERY)  # 00:00 and 00:05
@@ -57,7 +58,7 @@ def test_generated_files_and_counters(tmp_path):
     assert cursors[(topic, "shared")][0]["totalNonContiguousDeletedMessagesRange"] == (
         snapshots[topic][0]["subscriptions"]["shared"]["nonContiguousDeletedMessagesRanges"])
     # Deterministic, and a shorter window is the same day's first minutes.
-    again = large.write_large_day(tmp_path / "again", DAY, PARTITIONS, 2)
+    again = write_large_day(tmp_path / "again", DAY, PARTITIONS, 2)
     first = sorted((root / "topic-stats").iterdir())[0]
     assert (tmp_path / "again" / DAY.isoformat() / "topic-stats" / first.name).read_bytes() == first.read_bytes()
     assert again["policies"] == counts["policies"]

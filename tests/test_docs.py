@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from typer.testing import CliRunner
 
@@ -46,3 +47,40 @@ def test_tables_command_shows_one_table_with_descriptions():
     assert "dispatch_periods" not in out.stdout
     out = CliRunner().invoke(cli.app, ["tables", "no_such_table"])
     assert out.exit_code != 0
+
+
+ROOT = docs_path().parents[1]
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def _anchors(page: Path) -> set[str]:
+    """GitHub's anchors of a Markdown page's headings: lower case, punctuation dropped, spaces as -."""
+    headings = re.findall(r"^#+ (.+)$", page.read_text(encoding="utf-8"), flags=re.M)
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in headings}
+
+
+def _broken_links(page: Path) -> list[str]:
+    broken = []
+    for target in LINK.findall(page.read_text(encoding="utf-8")):
+        if re.match(r"[a-z]+:", target):
+            continue  # a URL: not the repository's to check
+        path, _, anchor = target.partition("#")
+        linked = (page.parent / path).resolve() if path else page
+        if not linked.exists() or (anchor and linked.suffix == ".md" and anchor not in _anchors(linked)):
+            broken.append(target)
+    return broken
+
+
+def test_readme_is_short_and_its_links_resolve():
+    readme = ROOT / "README.md"
+    assert len(readme.read_text(encoding="utf-8").splitlines()) <= 150
+    assert LINK.findall(readme.read_text(encoding="utf-8")), "the README links to the docs"
+    assert _broken_links(readme) == []
+
+
+def test_the_docs_links_resolve(tmp_path):
+    for page in sorted((ROOT / "docs").glob("*.md")):
+        assert _broken_links(page) == [], page.name
+    page = tmp_path / "page.md"
+    page.write_text("# A heading\n[here](#a-heading) [gone](#nowhere) [file](missing.md) [web](https://pulsar.apache.org)\n")
+    assert _broken_links(page) == ["#nowhere", "missing.md"]

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 from aiosmtpd.controller import Controller
-from test_alerting import free_port
+from alert_helpers import free_port
 
 from brokerlens.platform.schemas import table_schemas
 from brokerlens.sources.demo import generate_day

@@ -21,10 +21,11 @@ from __future__ import annotations
 import logging
 import os
 from collections import deque
+from collections.abc import Iterable, Iterator
 from datetime import datetime, timedelta, timezone
 from html import escape
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
@@ -163,7 +164,7 @@ class StageSubmitOperator(SparkSubmitOperator):
         self._hook = self._get_hook()
         process_log = self._hook._process_spark_submit_log
         # Keep the end of the command's output: the CLI's error summary goes into the failure mail.
-        self._hook._process_spark_submit_log = lambda itr: process_log(_tee(itr, tail))
+        self._hook._process_spark_submit_log = lambda itr: process_log(_tee(itr, tail))  # type: ignore[method-assign]
         try:
             super().execute(context)
             return

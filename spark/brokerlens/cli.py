@@ -11,7 +11,7 @@ import traceback
 from datetime import date, datetime
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -98,9 +98,9 @@ def demo_data(
 
 @app.command()
 def collect(
-    admin_url: Annotated[Optional[str], typer.Option(help="Pulsar admin REST URL, e.g. http://broker:8080 (default: settings admin_url).")] = None,
-    prometheus_url: Annotated[Optional[str], typer.Option(help="Prometheus server URL: pull DATE's Pulsar series (query_range) instead of the admin API.")] = None,
-    day: Annotated[Optional[datetime], typer.Option("--date", "-d", formats=["%Y-%m-%d"], help="With --prometheus-url: the UTC day to pull, YYYY-MM-DD.")] = None,
+    admin_url: Annotated[str | None, typer.Option(help="Pulsar admin REST URL, e.g. http://broker:8080 (default: settings admin_url).")] = None,
+    prometheus_url: Annotated[str | None, typer.Option(help="Prometheus server URL: pull DATE's Pulsar series (query_range) instead of the admin API.")] = None,
+    day: Annotated[datetime | None, typer.Option("--date", "-d", formats=["%Y-%m-%d"], help="With --prometheus-url: the UTC day to pull, YYYY-MM-DD.")] = None,
     step: Annotated[int, typer.Option(help="With --prometheus-url: query step in seconds, the scrape interval.")] = 60,
 ) -> None:
     """Snapshot a live cluster's admin REST API into landing, or pull a day from Prometheus."""
@@ -126,7 +126,7 @@ def land(day: DayOption) -> None:
 @app.command()
 def validate(
     day: DayOption,
-    layer: Annotated[Optional[ValidateLayer], typer.Option(help="Only this layer's suites (default: bronze and silver).")] = None,
+    layer: Annotated[ValidateLayer | None, typer.Option(help="Only this layer's suites (default: bronze and silver).")] = None,
 ) -> None:
     """Run the Great Expectations suites on DAY's partitions; non-zero exit on a critical failure."""
     _run_stage("validate", _day(day), layer=layer and layer.value)
@@ -135,7 +135,7 @@ def validate(
 @app.command()
 def build(
     day: DayOption,
-    layer: Annotated[Optional[BuildLayer], typer.Option(help="Only this layer (default: silver, then gold).")] = None,
+    layer: Annotated[BuildLayer | None, typer.Option(help="Only this layer (default: silver, then gold).")] = None,
 ) -> None:
     """Silver and gold tables for DAY."""
     _run_stage("build", _day(day), layer=layer and layer.value)
@@ -168,7 +168,7 @@ def run(day: DayOption) -> None:
 
 @app.command()
 def sql(
-    query: Annotated[Optional[str], typer.Argument(help="A Spark SQL query over the tables by name; without one, read queries ended by ; from stdin (\\q quits).")] = None,
+    query: Annotated[str | None, typer.Argument(help="A Spark SQL query over the tables by name; without one, read queries ended by ; from stdin (\\q quits).")] = None,
     fmt: Annotated[Format, typer.Option("--format", "-f", help="Output format.")] = Format.table,
 ) -> None:
     """Ad-hoc Spark SQL over every table by name (stdout holds only the result)."""
@@ -188,7 +188,7 @@ def sql(
 
 @app.command()
 def tables(
-    names: Annotated[Optional[list[str]], typer.Argument(help="Only these tables (default: all).")] = None,
+    names: Annotated[list[str] | None, typer.Argument(help="Only these tables (default: all).")] = None,
 ) -> None:
     """List the tables with their columns and latest version."""
     from brokerlens.platform.schemas import table_schema
@@ -224,7 +224,7 @@ def docs(
 
 @app.command()
 def serve(
-    address_file: Annotated[Optional[Path], typer.Option(help="Where to write the server's address and token (mode 0600; default $BROKERLENS_HOME/run/stage-server.json).")] = None,
+    address_file: Annotated[Path | None, typer.Option(help="Where to write the server's address and token (mode 0600; default $BROKERLENS_HOME/run/stage-server.json).")] = None,
     port: Annotated[int, typer.Option(help="Port on 127.0.0.1 (default: a free one, named in the address file).")] = 0,
     warm_up: Annotated[bool, typer.Option(help="First run the daily stages on a small generated day in a scratch folder, so that the first real day runs on a warm JVM.")] = True,
 ) -> None:
@@ -232,7 +232,7 @@ def serve(
     tasks use it when BROKERLENS_STAGE_SERVER names its address file); stops on SIGTERM."""
     from brokerlens.stage_server import serve as serve_stages
 
-    raise typer.Exit(serve_stages(address_file, port, warm_up))
+    raise typer.Exit(serve_stages(main, address_file, port, warm_up))
 
 
 @app.command("vacuum")

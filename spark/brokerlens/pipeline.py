@@ -8,8 +8,8 @@ from __future__ import annotations
 import importlib
 import logging
 import time
+from collections.abc import Callable
 from datetime import date
-from typing import Callable
 
 from brokerlens.platform.settings import Settings, get_settings, stage_settings
 from brokerlens.platform.stage import StageResult

@@ -37,12 +37,12 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, redirect_stderr, redirect_stdout
 from dataclasses import dataclass, field
 from datetime import date
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Callable, Iterator
 from urllib.parse import urlsplit
 
 log = logging.getLogger(__name__)
@@ -70,7 +70,7 @@ def default_address_file() -> Path:
 class _Job:
     argv: list[str]
     environ: dict[str, str]
-    lines: "queue.Queue[str | None]" = field(default_factory=queue.Queue)
+    lines: queue.Queue[str | None] = field(default_factory=queue.Queue)
     exit_code: int | None = None
     group: str = field(default_factory=lambda: f"brokerlens-{secrets.token_hex(6)}")
     gone: threading.Event = field(default_factory=threading.Event)
@@ -115,9 +115,13 @@ def _environ(overlay: dict[str, str]) -> Iterator[None]:
                 os.environ[key] = value
 
 
-def _run(spark, job: _Job) -> int:
+# ``brokerlens``' own entry point, given by the command that starts the server (``cli.main``):
+# called with ``log_to_file=False`` and the job's arguments.
+Command = Callable[..., None]
+
+
+def _run(spark, command: Command, job: _Job) -> int:
     """The command of ``job`` as ``brokerlens`` would run it, in this process: its exit code."""
-    from brokerlens import cli
     from brokerlens.platform import logs
     from brokerlens.platform.settings import reload_settings
 
@@ -129,7 +133,7 @@ def _run(spark, job: _Job) -> int:
         try:
             with redirect_stdout(stream), redirect_stderr(stream):
                 try:
-                    cli.main(log_to_file=False, argv=job.argv)
+                    command(log_to_file=False, argv=job.argv)
                 except SystemExit as exc:
                     code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
         finally:
@@ -140,7 +144,7 @@ def _run(spark, job: _Job) -> int:
     return code
 
 
-def _handler(server: "StageServer") -> type[BaseHTTPRequestHandler]:
+def _handler(server: StageServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, format: str, *args) -> None:  # noqa: A002 (the base class's name)
             log.debug("%s " + format, self.address_string(), *args)
@@ -205,10 +209,10 @@ def _handler(server: "StageServer") -> type[BaseHTTPRequestHandler]:
 class StageServer:
     """The HTTP side in a background thread; :meth:`serve_forever` runs the stages."""
 
-    def __init__(self, spark, address_file: Path, port: int = 0) -> None:
-        self.spark, self.address_file = spark, address_file
+    def __init__(self, spark, command: Command, address_file: Path, port: int = 0) -> None:
+        self.spark, self.command, self.address_file = spark, command, address_file
         self.token = secrets.token_urlsafe(32)
-        self.jobs: "queue.Queue[_Job | None]" = queue.Queue()
+        self.jobs: queue.Queue[_Job | None] = queue.Queue()
         self.stages_run = 0
         self.running: _Job | None = None
         self.http = ThreadingHTTPServer(("127.0.0.1", port), _handler(self))
@@ -249,7 +253,7 @@ class StageServer:
                 else:
                     started, self.running = time.monotonic(), job
                     log.info("running brokerlens %s", " ".join(job.argv))
-                    job.exit_code = _run(self.spark, job)
+                    job.exit_code = _run(self.spark, self.command, job)
                     self.stages_run, self.running = self.stages_run + 1, None
                     log.info("brokerlens %s: exit %s in %.1f s", " ".join(job.argv), job.exit_code, time.monotonic() - started)
                 job.lines.put(None)
@@ -278,19 +282,19 @@ def warm_up() -> float:
         settings = get_settings().model_copy(update={"home": Path(scratch), **folders})
         run_stage("demo-data", WARM_UP_DAY, settings, scale=WARM_UP_SCALE)
         for stage, layer in DAILY_STEPS:
-            options = {"layer": layer} if layer else {}
+            options: dict[str, object] = {"layer": layer} if layer else {}
             if stage == "alert":
                 options["dry_run"] = True  # no mail about a made-up day
             run_stage(stage, WARM_UP_DAY, settings, **options)
     return time.monotonic() - started
 
 
-def serve(address_file: Path | None = None, port: int = 0, warm: bool = True) -> int:
-    """Start Spark, warm it up, then serve stages until SIGTERM or SIGINT: ``brokerlens serve``."""
-    from brokerlens.platform.spark import get_spark
-
+def serve(command: Command, address_file: Path | None = None, port: int = 0, warm: bool = True) -> int:
+    """Start Spark, warm it up, then serve stages until SIGTERM or SIGINT: ``brokerlens serve``,
+    which gives its own entry point as ``command``."""
     # The server's own lines go to its own stderr, also while a stage's output goes to its client.
     from brokerlens.platform import logs
+    from brokerlens.platform.spark import get_spark
 
     own = logging.StreamHandler(sys.stderr)
     own.setFormatter(logs.formatter())
@@ -300,7 +304,7 @@ def serve(address_file: Path | None = None, port: int = 0, warm: bool = True) ->
     if warm:
         log.info("stage server: warming up on a generated day")
         log.info("stage server: warmed up in %.1f s", warm_up())
-    server = StageServer(spark, address_file or default_address_file(), port)
+    server = StageServer(spark, command, address_file or default_address_file(), port)
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: server.stop())
     return server.serve_forever()

@@ -23,12 +23,12 @@ import json
 import logging
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime, timezone
 from email.utils import parseaddr
 from fnmatch import fnmatchcase
 from pathlib import Path
-from typing import Sequence
 
 from jinja2 import Environment, PackageLoader, StrictUndefined
 from pyspark.sql import functions as F

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import smtplib
 import ssl
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from email.message import EmailMessage
 from email.utils import formatdate, make_msgid
-from typing import Iterator, Mapping
 
 from pydantic import SecretStr
 
@@ -105,6 +105,7 @@ def build_message(
 @contextmanager
 def smtp_session(target: SmtpTarget) -> Iterator[smtplib.SMTP]:
     """An open, logged-in SMTP session; any failure to get there is a MailError."""
+    client: smtplib.SMTP
     try:
         if target.ssl:
             client = smtplib.SMTP_SSL(

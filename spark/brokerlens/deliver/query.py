@@ -121,8 +121,9 @@ def format_rows(columns: list[str], rows: list[Row], fmt: OutputFormat) -> str:
             table.add_column(c, overflow="fold")
         for r in records:
             table.add_row(*["NULL" if v is None else str(v) for v in r])
-        console = Console(file=io.StringIO(), width=200, force_terminal=False)
+        out = io.StringIO()
+        console = Console(file=out, width=200, force_terminal=False)
         console.print(table)
         console.print(f"{len(records)} row{'s' if len(records) != 1 else ''}")
-        return console.file.getvalue().rstrip("\n")
+        return out.getvalue().rstrip("\n")
     raise QueryError(f"unknown format {fmt!r}: use table, csv or json")

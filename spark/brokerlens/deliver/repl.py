@@ -9,7 +9,8 @@ the tables, `\\d TABLE` shows a table's columns, `\\f table|csv|json` changes th
 from __future__ import annotations
 
 import sys
-from typing import Iterable, Iterator, TextIO
+from collections.abc import Iterable, Iterator
+from typing import TextIO
 
 HELP = """\
 End a query with ; (or end of input). Tables are queried by name, e.g.
@@ -139,6 +140,6 @@ def repl(fmt: str = "table", stdin: TextIO | None = None, stdout: TextIO | None 
             stderr.write(f"error: {exc}\n")
             failed = True
             continue
-        stdout.write(format_rows(columns, rows, fmt) + "\n")
+        stdout.write(format_rows(columns, rows, fmt) + "\n")  # type: ignore[arg-type]  (format_rows rejects others)
         stdout.flush()
     return 2 if failed and not interactive else 0

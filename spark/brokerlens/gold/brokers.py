@@ -29,7 +29,7 @@ def broker_config_at(
 
     A broker-config record holds for its scope, one broker or (``broker`` null) every broker of
     the cluster, from its ``effective_at`` until the next record of that scope that sets the key
-    or removes the scope's config (DESIGN.md "Landing formats"). The broker's own value wins over
+    or removes the scope's config (schemas/landing/README.md). The broker's own value wins over
     the cluster's; once the broker's is removed, the cluster's holds again. Null: never set.
     """
     config = policies.where(F.col("kind") == "broker-config").select(

@@ -1,4 +1,4 @@
-"""Token buckets (seed 001): limits as EMQX writes them, and conformance of an observed series.
+"""Token buckets: limits as EMQX writes them, and conformance of an observed series.
 
 A limit ``N[unit],D`` allows N (messages, or bytes with a unit) per duration D: the bucket holds
 b = N tokens and refills at r = N / D tokens per second (``100KB,10s``: r = 10,240 B/s,
@@ -20,8 +20,8 @@ dispatch debt.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
@@ -50,7 +50,7 @@ class TokenBucket:
 
 
 def parse_limit(text: str | int | float) -> TokenBucket:
-    """``100,10s``, ``100KB,10s``, ``1MB,1m``, ``1000`` → rate and burst (seed 001)."""
+    """``100,10s``, ``100KB,10s``, ``1MB,1m``, ``1000`` → rate and burst, as EMQX reads them."""
     raw = str(text)
     m = _LIMIT.match(raw)
     if not m:

@@ -1,6 +1,6 @@
 """`brokerlens land`: the landing files of a day → bronze tables, bad records → quarantine.
 
-One parser module per landing kind (DESIGN.md "Landing formats"). Each turns the day's records
+One parser module per landing kind (schemas/landing/README.md). Each turns the day's records
 into its bronze rows plus a ``problem`` (reason, detail) that is null for a good record; good
 rows replace the day's bronze partition, bad ones the day's ``quarantine`` partition (stage
 ``land``). All parsing is Spark: files are read in parallel, never looped over on the driver.

@@ -1,4 +1,4 @@
-"""dispatch/*.jsonl: one record per scope per throttling period (DESIGN.md "Landing formats")."""
+"""dispatch/*.jsonl: one record per scope per throttling period (schemas/landing/README.md)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,17 @@ from datetime import date
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from .checks import MISSING_FIELD, PRIORITY, Field, duplicate_problem, field_problems, first_problem, malformed_json, parse_object, typed_columns
+from .checks import (
+    MISSING_FIELD,
+    PRIORITY,
+    Field,
+    duplicate_problem,
+    field_problems,
+    first_problem,
+    malformed_json,
+    parse_object,
+    typed_columns,
+)
 
 KIND = "dispatch"
 TABLE = "bronze_dispatch"

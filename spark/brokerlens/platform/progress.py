@@ -23,8 +23,9 @@ from __future__ import annotations
 import logging
 import sys
 import time
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from typing import Iterable, Iterator, Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +50,7 @@ class Step:
         self.started = time.monotonic()
         self._last_log = self.started
         self._note = ""
-        self._task = None
+        self._task: Any = None  # rich's TaskID once the bar is shown
 
     def advance(self, n: int = 1) -> None:
         self.done += n

@@ -19,7 +19,9 @@ LAYER_NOTES = {
 
 
 def docs_path() -> Path:
-    return schemas_dir().parent / "docs" / "tables.md"
+    """``docs/tables.md`` beside the schemas' real folder: in a checkout the package's
+    ``schemas`` links to the repository's, whose ``docs/`` this is."""
+    return schemas_dir().resolve().parent / "docs" / "tables.md"
 
 
 def _cell(text: str) -> str:
@@ -43,7 +45,7 @@ def _table(schema: TableSchema) -> list[str]:
 
 def tables_markdown() -> str:
     schemas = table_schemas()
-    layers = [l for l in LAYERS if any(s.layer == l for s in schemas.values())]
+    layers = [layer for layer in LAYERS if any(s.layer == layer for s in schemas.values())]
     layers += sorted({s.layer for s in schemas.values()} - set(layers))
     lines = [
         "# Tables",

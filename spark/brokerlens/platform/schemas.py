@@ -1,4 +1,5 @@
-"""Table schemas, read from the repository's ``schemas/`` folder (the single source).
+"""Table schemas, read from the package's ``schemas/`` folder: the repository's top-level
+``schemas/`` (the single source), linked into the package in a checkout and copied into the wheel.
 
 One YAML file per table under ``schemas/tables/``::
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from functools import lru_cache
+from importlib import resources
 from pathlib import Path
 
 import yaml
@@ -42,9 +44,15 @@ class SchemaError(ValueError):
     pass
 
 
+def package_data(folder: str) -> Path:
+    """A data folder shipped in the package (``schemas``, ``expectations``). The package is
+    installed as files, never zipped, so the resource is a real folder."""
+    return Path(str(resources.files("brokerlens") / folder))
+
+
 def schemas_dir() -> Path:
     explicit = os.environ.get("BROKERLENS_SCHEMAS_DIR")
-    return Path(explicit) if explicit else Path(__file__).resolve().parents[3] / "schemas"
+    return Path(explicit) if explicit else package_data("schemas")
 
 
 def parse_type(text: str) -> T.DataType:
@@ -124,8 +132,8 @@ def _load(path: Path) -> TableSchema:
         raise SchemaError(f"{path}: name {schema.name!r} does not match the file name")
     for col in [*schema.partition_by, *schema.key]:
         schema.column(col)
-    for col in schema.columns:
-        col.spark_type  # fail early on a bad type name
+    for column in schema.columns:
+        parse_type(column.type)  # fail early on a bad type name
     return schema
 
 

@@ -9,10 +9,11 @@ Precedence (highest first): environment (``BROKERLENS_*``, nested with ``__``, e
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
-from typing import Iterator, Literal
+from typing import Literal
 
 from pydantic import BaseModel, Field, SecretStr, field_validator
 from pydantic_settings import (
@@ -80,9 +81,9 @@ class RecipientGroup(BaseModel):
 
 
 class AlertSettings(BaseModel):
-    """Hole-risk alerts (DESIGN.md "Unacked ranges and holes", seed 004)."""
+    """Hole-risk alerts on unacked ranges (cursor_ranges, hole_alerts)."""
 
-    # Seed 004 advises alerting from 8,000-10,000 ranges; the cap default is Pulsar's 10,000.
+    # Warn before the cap (8,000 of 10,000 ranges), so there is time to act; the cap default is Pulsar's 10,000.
     warning_ranges: int = Field(default=8000, gt=0)
     default_cap: int = Field(default=10000, gt=0)
     # How brokers persist the ack state (README "Ack-state persistence modes"). auto: per broker from
@@ -105,7 +106,7 @@ class AlertSettings(BaseModel):
 
 
 class PublishRateLimit(BaseModel):
-    """A publish-rate limit per topic partition, in EMQX notation (seed 001: "1000", "100KB,10s")."""
+    """A publish-rate limit per topic partition, in EMQX notation ("1000", "100KB,10s")."""
 
     # "tenant/namespace" or a topic ("persistent://tenant/ns/topic"); a topic entry wins.
     scope: str
@@ -114,7 +115,7 @@ class PublishRateLimit(BaseModel):
 
 
 class ProducerSettings(BaseModel):
-    """Producer lint and health (DESIGN.md "Producers and token buckets", seeds 003 and 001)."""
+    """Producer lint and health, and publish-rate limits as token buckets."""
 
     # A snapshot is "near the limit" at this share of the pending-queue limit.
     saturation_threshold: float = Field(default=0.9, gt=0, le=1)

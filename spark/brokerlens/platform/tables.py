@@ -28,9 +28,10 @@ import random
 import re
 import time
 import uuid
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import date, datetime
-from typing import Callable, Iterable, Iterator, Literal, Mapping, TypeVar
+from typing import Literal, TypeVar
 
 from delta import exceptions as delta_exceptions
 from delta.tables import DeltaTable

@@ -22,7 +22,7 @@ from pathlib import Path
 from pyspark.sql import functions as F
 
 from brokerlens.platform.redact import redact
-from brokerlens.platform.schemas import table_schemas
+from brokerlens.platform.schemas import package_data, table_schemas
 from brokerlens.platform.settings import Settings
 from brokerlens.platform.spark import get_spark
 from brokerlens.platform.stage import StageFailed, StageResult
@@ -38,7 +38,7 @@ LAYERS = ("bronze", "silver")
 
 def expectations_dir() -> Path:
     explicit = os.environ.get("BROKERLENS_EXPECTATIONS_DIR")
-    return Path(explicit) if explicit else Path(__file__).resolve().parents[3] / "expectations"
+    return Path(explicit) if explicit else package_data("expectations")
 
 
 def load_suites(folder: Path | None = None) -> dict[str, dict]:

@@ -1,6 +1,6 @@
 """``brokerlens collect``: snapshot a live cluster's admin REST API into landing.
 
-One run lists tenants, namespaces and topics and writes, in the envelope of DESIGN.md
+One run lists tenants, namespaces and topics and writes, in the envelope of schemas/landing/README.md
 "Landing formats", under ``<landing>/<UTC day of the collection>/``:
 
 * ``topic-stats/collect-<HHMMSS-mmm>.json``: ``GET .../{topic}/stats`` per non-partitioned topic and
@@ -37,7 +37,7 @@ from brokerlens.platform.stage import StageFailed, StageResult
 
 log = logging.getLogger(__name__)
 
-# broker.conf keys landing needs (DESIGN.md "Dispatch throttling", "Unacked ranges and holes").
+# broker.conf keys landing needs: the dispatch limits and rules, and the unacked-range caps.
 BROKER_KEYS = re.compile(
     r"^(dispatchThrottling.*|dispatcherMaxReadBatchSize|dispatcherMinReadBatchSize|preciseDispatcherFlowControl"
     r"|managedLedgerMaxUnackedRangesToPersist|managedLedgerMaxEntriesPerLedger|topicLevelPoliciesEnabled)$"

@@ -1,4 +1,4 @@
-"""Report section "Producer lint findings": producer configurations checked against seed 003's
+"""Report section "Producer lint findings": producer configurations checked against the
 relations (batchingMaxMessages, maxPendingMessages, memoryLimit, blockIfQueueFull) and how the
 producers behaved over the day (batch fill, saturated pending queue, send failures)."""
 
@@ -18,7 +18,7 @@ def producer_section(day: date, settings: Settings, headline: list[Number]) -> S
     section = Section(
         "producers",
         "Producer lint findings",
-        "Producer configurations checked against seed 003's relations (batch size against the "
+        "Producer configurations checked against the relations (batch size against the "
         "pending queue, pending messages across partitions, memory limit, batch bytes, partition "
         "switch frequency, blockIfQueueFull), and how the producers behaved over the day.",
     )
@@ -65,7 +65,7 @@ def producer_section(day: date, settings: Settings, headline: list[Number]) -> S
             more=more,
         )
         if rows
-        else Table(["result"], [["Every producer configuration passed seed 003's rules."]])
+        else Table(["result"], [["Every producer configuration passed the rules."]])
     )
     watch = health.where(
         (F.col("lint_findings") > 0) | (F.col("send_failed") > 0) | (F.col("batch_fill_ratio") < 0.5)

@@ -1,5 +1,5 @@
-"""Dispatch throttling: ``dispatch_periods``, ``dispatch_daily`` and ``debt_state`` (DESIGN.md
-"Dispatch throttling", seeds 000/002).
+"""Dispatch throttling: ``dispatch_periods``, ``dispatch_daily`` and ``debt_state`` (Pulsar's
+dispatch rate limiters: per broker, topic partition and subscription).
 
 Pulsar's dispatch rate limiter lets a period overshoot and charges the excess to the following
 periods. With quota q per period (``ratePeriodInSecond``)::

@@ -239,7 +239,7 @@ def scan(rows: DataFrame) -> DataFrame:
 
 
 def _over_causes(rows: DataFrame) -> DataFrame:
-    """Split each row's over-delivery into the causes the telemetry can show (seed 002,
+    """Split each row's over-delivery into the causes the telemetry can show (
     "Limitations"): redelivery/seek/replay first (counted again by the broker), then batch
     entries counted as one message when sizing reads (at most msgs - entries); the rest of the
     messages is unexplained (concurrent replay and normal dispatch, read size). Bytes: what

@@ -1,6 +1,6 @@
 """Gold ``hole_alerts``: per subscription and day the severity (critical over the cap or with
 acknowledgements left out, warning over the threshold, forecast to reach the cap within the
-horizon), the reason, a hint per seed 004 scenario, and the state against yesterday's alerts."""
+horizon), the reason, a hint per kind of subscription, and the state against yesterday's alerts."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from brokerlens.platform.settings import AlertSettings
 from .persistence import KEY, with_alert_thresholds
 
 SEVERITY_RANK = {"forecast": 1, "warning": 2, "critical": 3}
-# Seed 004's scenarios: why holes pile up for this kind of subscription and what to do about it.
+# Why holes pile up for this kind of subscription and what to do about it.
 HINTS = {
     "delayed-messages": (
         "Delayed messages: later messages whose delay expires first are acknowledged before "

@@ -10,7 +10,7 @@ from pyspark.sql import functions as F
 
 from brokerlens.platform.settings import Settings
 from brokerlens.platform.stage import StageResult
-from brokerlens.platform.tables import read_table, write_table
+from brokerlens.platform.tables import WriteResult, read_table, write_table
 
 from .alerts import hole_alerts_frame
 from .cursor_ranges import cursor_ranges_frame, with_growth
@@ -45,7 +45,7 @@ def _quarantine_rows(malformed: DataFrame, day: date) -> DataFrame:
     )
 
 
-def replace_quarantine(rows: DataFrame, day: date, stage: str, kind: str) -> object:
+def replace_quarantine(rows: DataFrame, day: date, stage: str, kind: str) -> WriteResult:
     """Replace this (day, stage, kind)'s quarantine rows, keeping other kinds of the same stage."""
     others = read_table("quarantine").filter(
         (F.col("day") == F.lit(day)) & (F.col("stage") == stage) & (F.col("kind") != kind)

@@ -2,7 +2,7 @@
 
 A cursor's progress is ``markDeletePosition`` plus ``individuallyDeletedMessages``, the acknowledged
 ranges after it, written by Pulsar as ``[(3:4..3:6], (3:7..3:9]]`` (open below, closed above).
-Only the first ``managedLedgerMaxUnackedRangesToPersist`` ranges are persisted (seed 004): past the
+Only the first ``managedLedgerMaxUnackedRangesToPersist`` ranges are persisted (ManagedCursorImpl): past the
 cap, acknowledgements are lost on a topic reload and those entries are delivered again.
 
 How the cursor ledger holds the state depends on ``managedLedgerPersistIndividualAckAsLongArray``
@@ -34,7 +34,7 @@ from .ranges import parse_ranges, range_stats
 # A cursor-ledger entry larger than BookKeeper's nettyMaxFrameSizeBytes fails to be written: Pulsar's
 # default is maxMessageSize (5 MiB) + MESSAGE_SIZE_FRAME_PADDING (10 KiB) (PR #7116).
 ENTRY_LIMIT_BYTES = 5 * 1024 * 1024 + 10 * 1024
-# Seed 004: about 200,000 ranges serialize to the 5 MB (5 MiB, Pulsar's maxMessageSize) limit.
+# About 200,000 ranges serialize to the 5 MB (5 MiB, Pulsar's maxMessageSize) limit.
 ESTIMATED_BYTES_PER_RANGE = 5 * 1024 * 1024 / 200_000
 # Forecasts further out than this are not a date anyone acts on (and would overflow timestamps).
 MAX_FORECAST_HOURS = 10 * 365 * 24.0

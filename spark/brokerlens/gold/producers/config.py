@@ -1,6 +1,6 @@
 """A producer's configuration as the client reports it (``ProducerConfigurationData``): one
 ``config_hash`` per distinct combination, the pending messages per partition in force
-(``PartitionedProducerImpl``), the average message size, and seed 003's template."""
+(``PartitionedProducerImpl``), the average message size, and the recommended template."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ CONFIG = [
     "message_routing_mode",
 ]
 MIB = 1048576
-# Seed 003: "maxPendingMessages: generally between 1000 and 2000" (higher for faster senders).
+# maxPendingMessages generally between 1000 and 2000 (higher for faster senders).
 TEMPLATE_PENDING_RANGE = (1000, 2000)
 
 
@@ -63,7 +63,7 @@ def avg_msg_bytes() -> Column:
 
 
 def with_template(df: DataFrame) -> DataFrame:
-    """Seed 003's template for a producer, from its message size and partitions.
+    """The recommended template for a producer, from its message size and partitions.
 
     The seed writes ``batchingMaxBytes = min(memoryLimit * 1024 * 1024 / partitionNum / 2,
     1048576)`` with memoryLimit in MB; here memoryLimit is in bytes, so the factor drops out.

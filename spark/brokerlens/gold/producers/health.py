@@ -12,6 +12,7 @@ from brokerlens.platform.settings import ProducerSettings
 
 from .config import PRODUCER, avg_msg_bytes, partitions_at_least_one, with_effective_pending, with_template
 
+
 def broker_view(topic_stats: DataFrame) -> DataFrame:
     """PublisherStats per producerName from topic stats: msgRateIn summed over the partitions of
     one collection, then averaged over the day; averageMsgSize averaged."""

@@ -1,4 +1,4 @@
-"""Gold ``producer_lint``: seed 003's relations between producer settings as rules, each a column
+"""Gold ``producer_lint``: the relations between producer settings (batch size, pending queue, memory limit, partitions) as rules, each a column
 expression over one configuration's row; every rule a configuration breaks is one row. A limit
 that is not reported is unknown and the rules on it are not evaluated."""
 
@@ -31,7 +31,7 @@ def _fmt(c: Column) -> Column:
 
 
 def lint_rules() -> list[Rule]:
-    """The seed 003 relations, each a column expression over one configuration's row."""
+    """The relations between producer settings, each a column expression over one configuration's row."""
     c = F.col
     parts = partitions_at_least_one()
     eff = c("effective_max_pending_messages")

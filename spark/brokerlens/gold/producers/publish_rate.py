@@ -1,5 +1,5 @@
 """Gold ``publish_rate_conformance``: producer send series against the configured publish-rate
-limits (``[[producers.publish_rate_limits]]``, EMQX notation), through seed 001's token bucket
+limits (``[[producers.publish_rate_limits]]``, EMQX notation), through EMQX's token bucket
 (``brokerlens.gold.token_bucket``) held per topic partition."""
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from brokerlens.gold.token_bucket import conformance, parse_limit
 from brokerlens.platform.settings import ProducerSettings
 
 from .config import PRODUCER, partitions_at_least_one
+
 
 def publish_limits(config: ProducerSettings) -> list[tuple[str, str, str, float, float]]:
     """(scope, dimension, text, rate, burst) per configured limit; a bad limit is an error."""

@@ -13,6 +13,8 @@ import json
 from datetime import date, timedelta
 from pathlib import Path
 
+from .cursors import CAP, DAY_END
+
 MANIFEST_FORMAT = 1
 
 
@@ -158,11 +160,8 @@ _DROP = _Drop()
 
 def manifest(sim, day: date, scale: float, seed: int, counts: dict, bad_records: list[dict],
              dispatch_scopes: list[dict], policy_changes: list[dict], spanning: list[dict]) -> dict:
-    from .cursors import DAY_END
-    from .generate import CAP
-
     over, near, forecast = [], [], []
-    for t, i, name, broker in sim.partitions:
+    for t, _i, name, broker in sim.partitions:
         for s in t.subs:
             cursor = sim.cursors[name][s.name]
             end = cursor.count(DAY_END)

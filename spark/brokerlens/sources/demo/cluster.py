@@ -67,7 +67,7 @@ class ProducerSpec:
     topic: TopicSpec
     config: dict
     memory_limit: int
-    issues: list[str]  # seed 003 problems this configuration has (empty for a good one)
+    issues: list[str]  # rules this configuration breaks (empty for a good one)
     send_failures: dict[str, float] = field(default_factory=dict)  # exception class → per minute
     skew: float = 0.0  # partition skew from routing (0 = even)
 
@@ -87,7 +87,7 @@ def dispatch_rate(msgs: int, nbytes: int = -1, period: int = 1) -> dict:
 
 
 def producer_config(**overrides) -> dict:
-    # ProducerConfigurationData keys, with the values vivo's template recommends (seed 003).
+    # ProducerConfigurationData keys, with the values the producer tuning template recommends.
     config = {"batchingEnabled": True, "batchingMaxMessages": 500, "batchingMaxBytes": 131072,
               "batchingMaxPublishDelayMicros": 1000, "batchingPartitionSwitchFrequencyByPublishDelay": 1,
               "maxPendingMessages": 1000, "maxPendingMessagesAcrossPartitions": 50000,

@@ -23,6 +23,7 @@ from .schedule import fill
 MAX_ENTRIES_PER_LEDGER = 50_000
 LEDGER_ROLLOVER_SECONDS = 4 * 3600
 DAY_END = 86_100  # 23:55, the last snapshot of the day
+CAP = 10_000  # managedLedgerMaxUnackedRangesToPersist, the broker default
 HOLE_GAP = 3  # entries added per hole so that a hole never touches the next one
 # LedgerInfo of internal stats' ``ledgers`` (the fields a snapshot sets are None).
 LEDGER_FIELDS = {"ledgerId": None, "entries": None, "size": None, "offloaded": False, "underReplicated": False}

@@ -17,11 +17,11 @@ nothing is pending and no debt is outstanding, where nothing can change).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import date, datetime, timezone
 from functools import lru_cache
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -80,8 +80,8 @@ class Demand:
     consumer disconnect).
     """
 
-    arrivals: callable
-    outage: callable
+    arrivals: Callable[[int, int], np.ndarray]
+    outage: Callable[[int, int], np.ndarray]
     redeliveries: dict[int, tuple[np.ndarray, np.ndarray]]
 
 
@@ -217,10 +217,7 @@ def format_jsonl(day: date, cluster: str, scopes: DispatchScopes, levels: dict, 
     parts, order_keys = [], []
     for rank, level in enumerate(("broker", "topic", "subscription")):
         rec = levels[level]
-        if level == "broker":
-            broker_idx = rec["broker"]
-        else:
-            broker_idx = scopes.topic_broker[rec["topic"]]
+        broker_idx = rec["broker"] if level == "broker" else scopes.topic_broker[rec["topic"]]
         pieces = ['{"period_start":"', periods.take(pa.array(rec["period"])),
                   f'","period_seconds":{period_seconds},"level":"{level}","cluster":"{cluster}","broker":"',
                   brokers.take(pa.array(broker_idx))]

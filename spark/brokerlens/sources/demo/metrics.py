@@ -13,7 +13,7 @@ from .schedule import METRICS, SNAPSHOTS, dumps, hhmm, iso
 from .stats import topic_stats
 
 if TYPE_CHECKING:
-    from .generate import Day
+    from .day import Day
 
 
 def safe(name: str) -> str:

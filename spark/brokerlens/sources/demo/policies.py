@@ -10,7 +10,7 @@ from .cluster import CLUSTER
 from .schedule import dumps, iso
 
 if TYPE_CHECKING:
-    from .generate import Day
+    from .day import Day
 
 
 def write_policies(day: Day, out: Path) -> tuple[int, int, list[dict]]:

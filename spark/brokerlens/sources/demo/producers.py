@@ -13,7 +13,7 @@ from .cluster import CLUSTER
 from .schedule import SNAPSHOTS, dumps, hash_stable, iso
 
 if TYPE_CHECKING:
-    from .generate import Day
+    from .day import Day
 
 
 def write_producer_stats(day: Day, out: Path) -> tuple[int, int]:

@@ -14,12 +14,14 @@ from .cursors import ledger_list
 from .schedule import INTERNAL, SNAPSHOTS, dumps, fill, hash_stable, hhmm, iso
 
 if TYPE_CHECKING:
-    from .generate import Day
+    from .day import Day
 
-RANGE_BYTES = 26  # serialized bytes per range (≈ 5 MB at 200,000 ranges, seed 004)
+RANGE_BYTES = 26  # serialized bytes per range (≈ 5 MB at 200,000 ranges)
 
 # The fields of each stats object in the admin API's order, with the values the demo's cluster
 # never varies (transactions, offload, compaction, ...); None marks a field each snapshot sets.
+# Kept as compact tables, a few fields a line, as the admin API lists them.
+# fmt: off
 CONSUMER_FIELDS = {
     "msgRateOut": None, "msgThroughputOut": None, "bytesOutCounter": None, "msgOutCounter": None,
     "msgRateRedeliver": None, "messageAckRate": None, "chunkedMessageRate": 0.0, "consumerName": None,
@@ -68,6 +70,7 @@ MANAGED_LEDGER_FIELDS = {
     "pendingAddEntriesCount": 0, "lastConfirmedEntry": None, "state": "LedgerOpened", "ledgers": None,
     "cursors": None, "schemaLedgers": [],
     "compactedLedger": {"ledgerId": -1, "entries": -1, "size": -1, "offloaded": False, "underReplicated": False}}
+# fmt: on
 
 
 def serialized_size(ranges):
@@ -82,7 +85,7 @@ def _sub_stats(day: Day, t: TopicSpec, s: SubSpec, name: str, k: int, second: in
     out_counter, out_bytes = base + msgs[: k + 1].sum(), base * t.msg_bytes + nbytes[: k + 1].sum()
     reset = day.cluster.counter_resets.get(name)
     if reset is not None and second >= reset:
-        after = SNAPSHOTS > reset
+        after = reset < SNAPSHOTS
         # Counters restart at the reload; the bin holding it contributes the part after it.
         first_bin = int(np.argmax(after))
         share = (SNAPSHOTS[first_bin] - reset) / 600
@@ -128,7 +131,7 @@ def topic_stats(day: Day, t: TopicSpec, i: int, name: str, broker: str, k: int) 
     in_counter = int(published[: k + 1].sum()) + 5_000_000
     reset = day.cluster.counter_resets.get(name)
     if reset is not None and second >= reset:
-        in_counter = int(published[int(np.argmax(SNAPSHOTS > reset)): k + 1].sum())
+        in_counter = int(published[int(np.argmax(reset < SNAPSHOTS)): k + 1].sum())
     producers = [p for p in day.cluster.producers if p.topic is t]
     rate_in = float(published[k]) / 600
     publishers = [fill(
@@ -222,7 +225,7 @@ def write_internal_stats(day: Day, out: Path) -> tuple[int, int, list[dict]]:
     spanning = []
     for second in INTERNAL:
         array = _EnvelopeArray(out / f"snapshot-{hhmm(int(second))}.json")
-        for t, i, name, broker in day.partitions:
+        for t, _i, name, broker in day.partitions:
             ledgers = day.ledgers[name]
             cursors, states = {}, {}
             for s in t.subs:

@@ -1,0 +1,84 @@
+"""Peak memory per stage: RSS of the driver JVM, the Python driver and Spark's Python workers
+(sampled by a thread), and the JVM's heap from its memory pool MXBeans."""
+
+from __future__ import annotations
+
+import threading
+
+import psutil
+
+
+class MemorySampler:
+    """Peak RSS of this process, of the driver JVM and of Spark's Python workers.
+
+    A daemon thread samples the process tree every ``interval`` seconds; ``reset`` starts a
+    new stage. Workers are summed per sample (their peak together, not each one's).
+    """
+
+    def __init__(self, interval: float = 0.1):
+        self.interval = interval
+        self.me = psutil.Process()
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self.reset()
+        self._thread = threading.Thread(target=self._run, name="bench-memory", daemon=True)
+        self._thread.start()
+
+    def reset(self) -> None:
+        with getattr(self, "_lock", threading.Lock()):
+            self.peak = {"python_driver_rss_mb": 0.0, "jvm_rss_mb": 0.0, "python_workers_rss_mb": 0.0}
+
+    def _sample(self) -> None:
+        driver = self.me.memory_info().rss
+        jvm = workers = 0
+        for proc in self.me.children(recursive=True):
+            try:
+                name = proc.name()
+                rss = proc.memory_info().rss
+                if name == "java":
+                    jvm += rss
+                elif name.startswith("python"):
+                    workers += rss
+            except psutil.Error:
+                continue  # a worker that just exited
+        mb = 1 / 2**20
+        with self._lock:
+            for key, value in (("python_driver_rss_mb", driver), ("jvm_rss_mb", jvm), ("python_workers_rss_mb", workers)):
+                self.peak[key] = max(self.peak[key], round(value * mb, 1))
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self._sample()
+
+    def snapshot(self) -> dict[str, float]:
+        self._sample()
+        with self._lock:
+            return dict(self.peak)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def _heap_pools(spark):
+    jvm = spark.sparkContext._jvm
+    pools = jvm.java.lang.management.ManagementFactory.getMemoryPoolMXBeans()
+    return [p for p in pools if str(p.getType().toString()) == "Heap memory"]
+
+
+def reset_heap_peak(spark) -> None:
+    spark.sparkContext._jvm.java.lang.System.gc()
+    for pool in _heap_pools(spark):
+        pool.resetPeakUsage()
+
+
+def heap_peak_mb(spark) -> dict[str, float]:
+    """Peak heap use since the last reset: all pools summed (an upper bound of the peak of the
+    sum) and the old generation alone (what survived young collections: retained memory)."""
+    total = old = 0
+    for pool in _heap_pools(spark):
+        used = pool.getPeakUsage().getUsed()
+        total += used
+        if "Old" in str(pool.getName()) or "Tenured" in str(pool.getName()):
+            old += used
+    return {"jvm_heap_peak_mb": round(total / 2**20, 1), "jvm_old_gen_peak_mb": round(old / 2**20, 1)}
