@@ -46,8 +46,7 @@ def airflow_env(airflow_home: Path, brokerlens_home: Path, smtp_port: int, **ext
                     "conn_type": "smtp",
                     "host": "127.0.0.1",
                     "port": smtp_port,
-                    "extra": {"disable_tls": True, "disable_ssl": True, "from_email": "brokerlens@localhost",
-                              "retry_limit": 0, "timeout": 10},
+                    "extra": {"disable_tls": True, "disable_ssl": True, "from_email": "brokerlens@localhost", "retry_limit": 0, "timeout": 10},
                 }
             ),
             "BROKERLENS_HOME": str(brokerlens_home),
@@ -64,7 +63,11 @@ def airflow_env(airflow_home: Path, brokerlens_home: Path, smtp_port: int, **ext
 
 def airflow(*args: str, env: dict[str, str], timeout: float = 900) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [str(VENV_BIN / "airflow"), *args], env=env, capture_output=True, text=True, timeout=timeout,
+        [str(VENV_BIN / "airflow"), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
         cwd=env["AIRFLOW_HOME"],
     )
 
@@ -79,9 +82,10 @@ class SmtpSink:
 
     def __enter__(self) -> "SmtpSink":
         self.process = subprocess.Popen(
-            [sys.executable, str(REPO / "infra" / "smtp_sink.py"), "--port", str(self.port),
-             "--maildir", str(self.maildir)],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            [sys.executable, str(REPO / "infra" / "smtp_sink.py"), "--port", str(self.port), "--maildir", str(self.maildir)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
         )
         first = self.process.stdout.readline()  # printed once the server accepts connections
         if not first.startswith("listening on"):
@@ -95,17 +99,12 @@ class SmtpSink:
         self.process.stdout.close()
 
     def messages(self) -> list[Message]:
-        return [
-            email.message_from_bytes(p.read_bytes(), policy=default_policy)
-            for p in sorted(self.maildir.glob("*.eml"))
-        ]
+        return [email.message_from_bytes(p.read_bytes(), policy=default_policy) for p in sorted(self.maildir.glob("*.eml"))]
 
 
 def body_text(message: Message) -> str:
     """All text parts of a message, decoded."""
-    return "\n".join(
-        part.get_content() for part in message.walk() if part.get_content_maintype() == "text"
-    )
+    return "\n".join(part.get_content() for part in message.walk() if part.get_content_maintype() == "text")
 
 
 class StageServer:
@@ -123,7 +122,9 @@ class StageServer:
         with self.log.open("w") as out:
             self.process = subprocess.Popen(
                 [str(VENV_BIN / "brokerlens"), "serve", "--no-warm-up", "--address-file", str(self.address)],
-                env=self.env, stdout=out, stderr=subprocess.STDOUT,
+                env=self.env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
             )
         deadline = time.monotonic() + 300
         while not self.address.exists():

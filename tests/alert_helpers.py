@@ -87,8 +87,16 @@ def build_days(spark, ranges_by_day: dict[date, dict[str, int]]) -> None:
         rows = []
         for h in (20, 21, 22) if d == D1 else (1, 2, 3):
             rows += [
-                snap(at(d, h), None, sub="charges", topic=PAY_TOPIC, namespace="payments/orders",
-                     reported=ranges["charges"], source="topic-stats", sub_type="Key_Shared"),
+                snap(
+                    at(d, h),
+                    None,
+                    sub="charges",
+                    topic=PAY_TOPIC,
+                    namespace="payments/orders",
+                    reported=ranges["charges"],
+                    source="topic-stats",
+                    sub_type="Key_Shared",
+                ),
                 snap(at(d, h), None, sub="billing", reported=ranges["billing"], source="topic-stats", delayed=50),
                 snap(at(d, h), None, sub="audit", reported=ranges["audit"], source="topic-stats", sub_type="Failover"),
                 snap(at(d, h), None, sub="search", reported=ranges["search"], source="topic-stats"),

@@ -52,9 +52,7 @@ def limit(level, msg_limit, *, byte_limit=None, day=D1, topic=None, start=0.0, e
 def frame(spark, table, rows):
     schema = table_schema(table)
     defaults = {"limiter_model": "classic"}  # debt_state rows written before a model was chosen
-    return spark.createDataFrame(
-        [tuple(r.get(c, defaults.get(c)) for c in schema.column_names) for r in rows], schema.struct
-    )
+    return spark.createDataFrame([tuple(r.get(c, defaults.get(c)) for c in schema.column_names) for r in rows], schema.struct)
 
 
 def models_frame(spark, models: dict[str, str]):

@@ -14,15 +14,47 @@ def at(day: date, hour: int, minute: int = 0) -> datetime:
     return datetime(day.year, day.month, day.day, hour, minute)
 
 
-def snap(when: datetime, idm: str | None, *, sub="s1", topic=TOPIC, namespace="t/ns", cluster="c1",
-         reported=None, ledger_entries=None, sub_type="Shared", delayed=0, unacked=0, backlog=0,
-         source="internal-stats", size=None, mdp="1:2", broker="broker-1:8080") -> dict:
+def snap(
+    when: datetime,
+    idm: str | None,
+    *,
+    sub="s1",
+    topic=TOPIC,
+    namespace="t/ns",
+    cluster="c1",
+    reported=None,
+    ledger_entries=None,
+    sub_type="Shared",
+    delayed=0,
+    unacked=0,
+    backlog=0,
+    source="internal-stats",
+    size=None,
+    mdp="1:2",
+    broker="broker-1:8080",
+) -> dict:
     return dict(
-        day=when.date(), snapshot_at=when, cluster=cluster, broker=broker, namespace=namespace, topic=topic,
-        subscription=sub, subscription_type=sub_type, mark_delete_position=mdp, read_position=None,
-        individually_deleted_messages=idm, ledger_entries=ledger_entries, ranges_reported=reported,
-        ranges_source=source, serialized_size_reported=size, msg_backlog=backlog, unacked_messages=unacked,
-        msg_delayed=delayed, msg_rate_out=0.0, msg_rate_redeliver=0.0, consumers=1,
+        day=when.date(),
+        snapshot_at=when,
+        cluster=cluster,
+        broker=broker,
+        namespace=namespace,
+        topic=topic,
+        subscription=sub,
+        subscription_type=sub_type,
+        mark_delete_position=mdp,
+        read_position=None,
+        individually_deleted_messages=idm,
+        ledger_entries=ledger_entries,
+        ranges_reported=reported,
+        ranges_source=source,
+        serialized_size_reported=size,
+        msg_backlog=backlog,
+        unacked_messages=unacked,
+        msg_delayed=delayed,
+        msg_rate_out=0.0,
+        msg_rate_redeliver=0.0,
+        consumers=1,
         source_file=f"{when.date()}/internal-stats/{sub}.json",
     )
 
@@ -41,9 +73,4 @@ def entries_in(rng: tuple[int, int, int, int], ledger_entries: dict[int, int]) -
     """Count the positions p with lower < p <= upper by enumerating every position of every ledger
     (independent of the arithmetic in gold/holes/ranges.py)."""
     lower, upper = (rng[0], rng[1]), (rng[2], rng[3])
-    return sum(
-        1
-        for ledger in sorted(ledger_entries)
-        for entry in range(ledger_entries[ledger])
-        if lower < (ledger, entry) <= upper
-    )
+    return sum(1 for ledger in sorted(ledger_entries) for entry in range(ledger_entries[ledger]) if lower < (ledger, entry) <= upper)

@@ -54,12 +54,14 @@ def test_alert_mails_new_then_changes_and_never_twice(spark, smtp_server, monkey
 
     notes = read_table("alert_notifications").collect()
     assert sorted((r["group_name"], r["subscription"], r["state"]) for r in notes) == [
-        ("ops", "audit", "new"), ("ops", "billing", "new"), ("payments", "charges", "new")]
+        ("ops", "audit", "new"),
+        ("ops", "billing", "new"),
+        ("payments", "charges", "new"),
+    ]
     assert {r["message_id"] for r in notes} == {m["Message-ID"] for _, m in inbox.messages}
     assert {r["status"] for r in notes} == {"sent"}
     eml = sorted((settings.outbox / "alerts" / str(D1)).glob("*.eml"))
-    assert len(eml) == 2 and {email.message_from_bytes(p.read_bytes())["Message-ID"] for p in eml} == {
-        m["Message-ID"] for _, m in inbox.messages}
+    assert len(eml) == 2 and {email.message_from_bytes(p.read_bytes())["Message-ID"] for p in eml} == {m["Message-ID"] for _, m in inbox.messages}
     assert all(r["notified"] for r in read_table("hole_alerts").filter(f"day = '{D1}'").collect())
 
     # Day 2: only what changed (billing escalated, audit resolved, search new), not ongoing charges.
@@ -76,8 +78,11 @@ def test_alert_mails_new_then_changes_and_never_twice(spark, smtp_server, monkey
     assert "charges" not in text
     day2 = {r["subscription"]: r for r in read_table("hole_alerts").filter(f"day = '{D2}'").collect()}
     assert {k: (v["state"], v["notified"]) for k, v in day2.items()} == {
-        "charges": ("ongoing", False), "billing": ("escalated", True), "audit": ("resolved", True),
-        "search": ("new", True)}
+        "charges": ("ongoing", False),
+        "billing": ("escalated", True),
+        "audit": ("resolved", True),
+        "search": ("new", True),
+    }
 
     # A re-run of day 2 sends nothing and records nothing more.
     inbox.messages.clear()
@@ -117,8 +122,13 @@ def test_smtp_target_reads_airflow_connection_forms():
     assert (uri.host, uri.port, uri.login, uri.password.get_secret_value()) == ("mail.example.com", 587, "u@x", "p/w")
     assert (uri.ssl, uri.starttls, uri.mail_from, uri.timeout) == (False, True, "bl@local", 30.0)
     assert "p/w" not in str(uri) and "p/w" not in repr(uri)
-    conn = {"conn_type": "smtp", "host": "smtp.example.com", "login": "a", "password": "secret",
-            "extra": json.dumps({"from_email": "alerts@example.com", "timeout": 5})}
+    conn = {
+        "conn_type": "smtp",
+        "host": "smtp.example.com",
+        "login": "a",
+        "password": "secret",
+        "extra": json.dumps({"from_email": "alerts@example.com", "timeout": 5}),
+    }
     js = smtp_target(settings, environ={"AIRFLOW_CONN_SMTP_DEFAULT": json.dumps(conn)})
     # Airflow's SMTP provider defaults: SSL unless disable_ssl, standard port when none is given.
     assert (js.ssl, js.starttls, js.port, js.mail_from, js.timeout) == (True, False, None, "alerts@example.com", 5.0)
@@ -130,13 +140,14 @@ def test_groups_by_namespace_glob_with_default_and_dedup():
     from brokerlens.platform.settings import AlertSettings
 
     cfg = AlertSettings(
-        groups=[{"name": "payments", "namespaces": ["payments/*"], "to": ["p@x"]},
-                {"name": "all-prod", "namespaces": ["*/prod-*", "payments/orders"], "to": ["o@x"]}],
+        groups=[
+            {"name": "payments", "namespaces": ["payments/*"], "to": ["p@x"]},
+            {"name": "all-prod", "namespaces": ["*/prod-*", "payments/orders"], "to": ["o@x"]},
+        ],
         default_group={"name": "ops", "to": ["ops@x"]},
     )
     alert = lambda ns, sub: {"cluster": "c1", "namespace": ns, "topic": f"persistent://{ns}/t", "subscription": sub}  # noqa: E731
-    alerts = [alert("payments/orders", "a"), alert("payments/refunds", "b"), alert("search/prod-eu", "c"),
-              alert("search/dev", "d")]
+    alerts = [alert("payments/orders", "a"), alert("payments/refunds", "b"), alert("search/prod-eu", "c"), alert("search/dev", "d")]
     accepted = {("payments", "c1", "persistent://payments/refunds/t", "b"): {"p@x"}}
     got = {g.group.name: [a["subscription"] for a in g.alerts] for g in plan(D1, cfg, alerts, accepted)}
     assert got == {"all-prod": ["a", "c"], "ops": ["d"], "payments": ["a"]}

@@ -50,8 +50,7 @@ def test_dropped_connection_records_what_was_accepted_and_a_rerun_sends_the_rest
     assert rcpt == ["ops@example.com", "sre@example.com"]
     # Exactly what the server accepted: the ops message's two alerts, as sent; nothing pending.
     rows = notifications(D1)
-    assert sorted((r["group_name"], r["subscription"], r["status"]) for r in rows) == [
-        ("ops", "audit", "sent"), ("ops", "billing", "sent")]
+    assert sorted((r["group_name"], r["subscription"], r["status"]) for r in rows) == [("ops", "audit", "sent"), ("ops", "billing", "sent")]
     assert {r["message_id"] for r in rows} == {first["Message-ID"]}
     notified = {r["subscription"]: r["notified"] for r in read_table("hole_alerts").collect()}
     assert notified == {"audit": True, "billing": True, "charges": False}
@@ -62,8 +61,10 @@ def test_dropped_connection_records_what_was_accepted_and_a_rerun_sends_the_rest
     assert [rcpt for rcpt, _ in inbox.messages] == [["ops@example.com", "sre@example.com"], ["pay-oncall@example.com"]]
     second = inbox.messages[1][1]
     assert sorted((r["group_name"], r["subscription"], r["message_id"]) for r in notifications(D1)) == [
-        ("ops", "audit", first["Message-ID"]), ("ops", "billing", first["Message-ID"]),
-        ("payments", "charges", second["Message-ID"])]
+        ("ops", "audit", first["Message-ID"]),
+        ("ops", "billing", first["Message-ID"]),
+        ("payments", "charges", second["Message-ID"]),
+    ]
 
 
 def test_refused_recipient_is_not_recorded_and_a_rerun_mails_only_it(spark, smtp_server, monkeypatch, settings):
@@ -77,8 +78,7 @@ def test_refused_recipient_is_not_recorded_and_a_rerun_mails_only_it(spark, smtp
     assert "refused sre@example.com" in out.stderr and "2 of 2 alert message(s) sent" in out.stderr
     assert sorted(rcpt for rcpt, _ in inbox.messages) == [["ops@example.com"], ["pay-oncall@example.com"]]
     recorded = {(r["group_name"], r["subscription"]): r["recipients"] for r in notifications(D1)}
-    assert recorded == {("ops", "audit"): ["ops@example.com"], ("ops", "billing"): ["ops@example.com"],
-                        ("payments", "charges"): ["pay-oncall@example.com"]}
+    assert recorded == {("ops", "audit"): ["ops@example.com"], ("ops", "billing"): ["ops@example.com"], ("payments", "charges"): ["pay-oncall@example.com"]}
 
     # The re-run mails the ops alerts to sre only: another message (another Message-ID).
     inbox.refuse = set()
@@ -90,16 +90,18 @@ def test_refused_recipient_is_not_recorded_and_a_rerun_mails_only_it(spark, smtp
     assert "billing" in parts(msg)[0] and "audit" in parts(msg)[0]
     rows = notifications(D1)
     assert sorted((r["group_name"], r["subscription"], tuple(r["recipients"])) for r in rows) == [
-        ("ops", "audit", ("ops@example.com",)), ("ops", "audit", ("sre@example.com",)),
-        ("ops", "billing", ("ops@example.com",)), ("ops", "billing", ("sre@example.com",)),
-        ("payments", "charges", ("pay-oncall@example.com",))]
+        ("ops", "audit", ("ops@example.com",)),
+        ("ops", "audit", ("sre@example.com",)),
+        ("ops", "billing", ("ops@example.com",)),
+        ("ops", "billing", ("sre@example.com",)),
+        ("payments", "charges", ("pay-oncall@example.com",)),
+    ]
     assert len({r["message_id"] for r in rows}) == 3
     assert run_alert("--date", str(D1)).exit_code == 0 and len(inbox.messages) == 1
 
 
 @pytest.mark.slow
-def test_a_crash_between_sending_and_recording_never_mails_twice(spark, smtp_server, monkeypatch, settings,
-                                                                 brokerlens_command):
+def test_a_crash_between_sending_and_recording_never_mails_twice(spark, smtp_server, monkeypatch, settings, brokerlens_command):
     """`brokerlens alert` killed (os._exit, as by SIGKILL) right after the server accepted the
     first message, then killed before sending the second, then run to the end: each message
     reaches the server exactly once, and the record ends as what the server received."""
@@ -112,8 +114,7 @@ def test_a_crash_between_sending_and_recording_never_mails_twice(spark, smtp_ser
         env.pop("BROKERLENS_TEST_ALERT_CRASH_AT", None)
         if crash_at:
             env["BROKERLENS_TEST_ALERT_CRASH_AT"] = crash_at
-        return subprocess.run(brokerlens_command("alert", "--date", str(D1)), env=env, capture_output=True,
-                              text=True, timeout=600)
+        return subprocess.run(brokerlens_command("alert", "--date", str(D1)), env=env, capture_output=True, text=True, timeout=600)
 
     # 1. Killed after the server accepted ops' message: recorded as pending only.
     assert alert("accepted").returncode == 137
@@ -126,8 +127,7 @@ def test_a_crash_between_sending_and_recording_never_mails_twice(spark, smtp_ser
     run = alert("pending-recorded")
     assert run.returncode == 137, run.stderr[-3000:]
     assert len(inbox.messages) == 1
-    assert sorted((r["group_name"], r["status"]) for r in notifications(D1)) == [
-        ("ops", "sent"), ("ops", "sent"), ("payments", "pending")]
+    assert sorted((r["group_name"], r["status"]) for r in notifications(D1)) == [("ops", "sent"), ("ops", "sent"), ("payments", "pending")]
 
     # 3. Mails payments (never accepted before), and only it.
     run = alert(None)
@@ -164,14 +164,32 @@ def test_ongoing_alerts_are_reminded_after_reminder_days(spark, smtp_server, mon
 def self_signed_cert(tmp_path):
     """A certificate for 127.0.0.1 that this test's clients trust (SSL_CERT_FILE)."""
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
-                    "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
+    )
     return cert, key
 
 
-def test_starttls_and_auth_against_a_real_server_never_show_the_password(spark, monkeypatch, settings, caplog,
-                                                                           self_signed_cert, capfd):
+def test_starttls_and_auth_against_a_real_server_never_show_the_password(spark, monkeypatch, settings, caplog, self_signed_cert, capfd):
     import ssl
 
     from aiosmtpd.smtp import AuthResult, LoginPassword
@@ -188,8 +206,16 @@ def test_starttls_and_auth_against_a_real_server_never_show_the_password(spark, 
     tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     tls.load_cert_chain(cert, key)
     inbox = Inbox()
-    controller = Controller(inbox, hostname="127.0.0.1", port=free_port(), tls_context=tls, require_starttls=True,
-                            authenticator=authenticator, auth_required=True, auth_require_tls=True)
+    controller = Controller(
+        inbox,
+        hostname="127.0.0.1",
+        port=free_port(),
+        tls_context=tls,
+        require_starttls=True,
+        authenticator=authenticator,
+        auth_required=True,
+        auth_require_tls=True,
+    )
     controller.start()
     try:
         monkeypatch.setenv("SSL_CERT_FILE", str(cert))
@@ -220,14 +246,29 @@ def test_starttls_and_auth_against_a_real_server_never_show_the_password(spark, 
 
     # Every log record but the test server's own (aiosmtpd logs the AUTH lines it reads).
     logged = [f"{r.name} {r.getMessage()} {r.exc_text or ''}" for r in caplog.records if not r.name.startswith("mail.log")]
-    seen = "\n".join([wrong.output, wrong.stderr, ok.output, ok.stderr, *logged, *capfd.readouterr(),
-                      *(str(r) for r in read_table("alert_notifications").collect()),
-                      *(p.read_text(errors="replace") for p in settings.outbox.rglob("*.eml"))])
+    seen = "\n".join(
+        [
+            wrong.output,
+            wrong.stderr,
+            ok.output,
+            ok.stderr,
+            *logged,
+            *capfd.readouterr(),
+            *(str(r) for r in read_table("alert_notifications").collect()),
+            *(p.read_text(errors="replace") for p in settings.outbox.rglob("*.eml")),
+        ]
+    )
     for secret in (password, password + "-wrong"):
         raw = secret.encode()
-        forms = {secret, quote(secret, safe=""), quote_plus(secret), quote(secret),
-                 base64.b64encode(raw).decode(), base64.b64encode(b"\0alerts\0" + raw).decode(),
-                 base64.b64encode(b"alerts\0" + raw).decode()}
+        forms = {
+            secret,
+            quote(secret, safe=""),
+            quote_plus(secret),
+            quote(secret),
+            base64.b64encode(raw).decode(),
+            base64.b64encode(b"\0alerts\0" + raw).decode(),
+            base64.b64encode(b"alerts\0" + raw).decode(),
+        }
         assert not [f for f in forms if f in seen], "password shown"
 
 
@@ -253,8 +294,7 @@ def test_missing_snapshots_make_the_alert_stale_and_mail_no_data_once(spark, smt
 
     day(D2, {"search": 10})
     stale = read_table("hole_alerts").filter(f"day = '{D2}'").collect()
-    assert [(r["subscription"], r["state"], r["severity"], r["stale_since"]) for r in stale] == [
-        ("audit", "stale", "warning", D2)]
+    assert [(r["subscription"], r["state"], r["severity"], r["stale_since"]) for r in stale] == [("audit", "stale", "warning", D2)]
     assert stale[0]["reason"].startswith(f"no data since {D1} 02:00 UTC")
     assert len(inbox.messages) == 1
     msg = inbox.messages[0][1]

@@ -25,10 +25,7 @@ def test_generated_day_has_silver_shape_and_realistic_series():
     assert intervals.column_names == table_schema("dispatch_intervals").column_names
     assert limits.column_names == table_schema("rate_limits").column_names
     topo = bench.Topology(2)
-    per_level = {
-        r["level"]: r["count"]
-        for r in intervals.group_by("level").aggregate([("level", "count")]).rename_columns(["level", "count"]).to_pylist()
-    }
+    per_level = {r["level"]: r["count"] for r in intervals.group_by("level").aggregate([("level", "count")]).rename_columns(["level", "count"]).to_pylist()}
     # 6 subscriptions, 2 partitions, 1 broker; idle seconds have no record.
     assert topo.scopes == 9
     assert 0.7 * 6 * PERIODS < per_level["subscription"] < 6 * PERIODS
@@ -93,9 +90,7 @@ def tiny_input(tmp_path):
 def test_duckdb_reference_matches_a_sequential_loop(tiny_input, tmp_path):
     inputs, opening, (level, topic, subscription) = tiny_input
     out = tmp_path / "duck.parquet"
-    assert bench.duckdb_dispatch(inputs, opening, out, threads=2) == sum(
-        pq.ParquetFile(f).metadata.num_rows for f in inputs["intervals"]
-    )
+    assert bench.duckdb_dispatch(inputs, opening, out, threads=2) == sum(pq.ParquetFile(f).metadata.num_rows for f in inputs["intervals"])
     rows = duckdb.sql(
         f"SELECT epoch(period_start)::BIGINT AS t, counted_msgs, debt_in_msgs, over_msgs, debt_out_msgs, "
         f"bytes, debt_in_bytes, over_bytes, debt_out_bytes FROM '{out}' "
@@ -137,8 +132,7 @@ def test_duckdb_reference_agrees_with_dispatch_periods(spark, tiny_input, tmp_pa
     diff = " OR ".join(f"a.{c} IS DISTINCT FROM b.{c}" for c in compared)
     sums = ", ".join(f"sum(a.{c}) = sum(b.{c})" for c in ("over_msgs", "debt_out_msgs", "over_bytes"))
     matched, differing, *same_sums = duckdb.sql(
-        f"SELECT count(*), count(*) FILTER (WHERE {diff}), {sums} "
-        f"FROM read_parquet('{tmp_path}/spark/*.parquet') a JOIN '{tmp_path}/duck.parquet' b ON {on}"
+        f"SELECT count(*), count(*) FILTER (WHERE {diff}), {sums} FROM read_parquet('{tmp_path}/spark/*.parquet') a JOIN '{tmp_path}/duck.parquet' b ON {on}"
     ).fetchone()
     assert (matched, differing) == (n, 0)
     assert all(same_sums)
@@ -148,7 +142,13 @@ def test_duckdb_reference_agrees_with_dispatch_periods(spark, tiny_input, tmp_pa
 def test_results_file_shape(spark, tmp_path):
     out = tmp_path / "bench" / "results.json"
     results = bench.run(
-        out, sizes=(1,), days_partitions=1, land_scales=(), periods=300, variant_sizes=(1,), demo_day_scale=None,
+        out,
+        sizes=(1,),
+        days_partitions=1,
+        land_scales=(),
+        periods=300,
+        variant_sizes=(1,),
+        demo_day_scale=None,
         spark=spark,
     )  # the daily steps in this process: tests/test_bench_large.py
     assert json.loads(out.read_text()) == results
@@ -165,19 +165,13 @@ def test_results_file_shape(spark, tmp_path):
         for stage in stages.values():
             assert stage["rows"] == size["input_rows"]
             assert stage["seconds"] > 0
-            assert stage["rows_per_second_per_core"] == round(
-                stage["rows"] / stage["seconds"] / results["environment"]["cores"]
-            )
+            assert stage["rows_per_second_per_core"] == round(stage["rows"] / stage["seconds"] / results["environment"]["cores"])
             assert stage["jvm_rss_mb"] > 0 and stage["python_driver_rss_mb"] > 0
             assert stage["jvm_heap_peak_mb"] >= stage["jvm_old_gen_peak_mb"] > 0
         ratios = size["ratios"]
-        assert ratios["dispatch_periods/duckdb"] == round(
-            stages["dispatch_periods"]["seconds"] / stages["duckdb"]["seconds"], 2
-        )
+        assert ratios["dispatch_periods/duckdb"] == round(stages["dispatch_periods"]["seconds"] / stages["duckdb"]["seconds"], 2)
         for name in bench.VARIANTS:
-            assert ratios[f"{name}/dispatch_periods"] == round(
-                stages[name]["seconds"] / stages["dispatch_periods"]["seconds"], 2
-            )
+            assert ratios[f"{name}/dispatch_periods"] == round(stages[name]["seconds"] / stages["dispatch_periods"]["seconds"], 2)
         assert size["dispatch_plan"]["python_udf_operators"] == 0
         assert size["dispatch_plan"]["shuffle_exchanges"] >= 1
     days = results["days"]

@@ -55,8 +55,10 @@ def test_generated_files_and_counters(tmp_path):
     assert failover and all(c["totalNonContiguousDeletedMessagesRange"] == 0 for cs in failover for c in cs)
     assert max(c[-1]["totalNonContiguousDeletedMessagesRange"] for c in cursors.values()) >= large.CAP - 1000
     topic = next(iter(snapshots))
-    assert cursors[(topic, "shared")][0]["totalNonContiguousDeletedMessagesRange"] == (
-        snapshots[topic][0]["subscriptions"]["shared"]["nonContiguousDeletedMessagesRanges"])
+    assert (
+        cursors[(topic, "shared")][0]["totalNonContiguousDeletedMessagesRange"]
+        == (snapshots[topic][0]["subscriptions"]["shared"]["nonContiguousDeletedMessagesRanges"])
+    )
     # Deterministic, and a shorter window is the same day's first minutes.
     again = write_large_day(tmp_path / "again", DAY, PARTITIONS, 2)
     first = sorted((root / "topic-stats").iterdir())[0]
@@ -67,16 +69,21 @@ def test_generated_files_and_counters(tmp_path):
 @pytest.mark.slow  # the daily steps' fixed costs: about 2 minutes on 2 busy cores
 def test_large_day_through_every_daily_step(spark, tmp_path):
     out = tmp_path / "bench" / "results.json"
-    results = bench.run(out, sizes=(), days_partitions=None, land_scales=(), demo_day_scale=None,
-                        large_partitions=PARTITIONS, large_minutes=(MINUTES,), spark=spark)
+    results = bench.run(
+        out, sizes=(), days_partitions=None, land_scales=(), demo_day_scale=None, large_partitions=PARTITIONS, large_minutes=(MINUTES,), spark=spark
+    )
     assert bench.failed_sections(results) == {}
     (window,) = results["large_day"]["windows"]
     landing, stages = window["landing"], window["stages"]
     assert list(stages) == ["land", "validate bronze", "build silver", "validate silver", "build gold", "alert", "report"]
     assert window["quarantined"] == 0
     land = stages["land"]["tables"]
-    for table, kind in (("bronze_topic_stats", "topic-stats"), ("bronze_internal_stats", "internal-stats"),
-                        ("bronze_metrics", "metrics"), ("bronze_policies", "policies")):
+    for table, kind in (
+        ("bronze_topic_stats", "topic-stats"),
+        ("bronze_internal_stats", "internal-stats"),
+        ("bronze_metrics", "metrics"),
+        ("bronze_policies", "policies"),
+    ):
         assert land[table] == landing[kind]["records"], table
     assert land["quarantine"] == 0
     assert stages["land"]["rows_in"] == sum(k["records"] for k in landing.values())
@@ -91,34 +98,53 @@ def test_large_day_through_every_daily_step(spark, tmp_path):
         assert s["seconds"] > 0 and s["jvm_rss_mb"] > 0 and s["jvm_heap_peak_mb"] > 0
     assert stages["land"]["mb_per_second_per_core"] > 0
     days = results["large_day"]["projection"]["days"]
-    assert [(d["partitions"], d["cores"]) for d in days] == [
-        (PARTITIONS, results["environment"]["cores"]), (50_000, 16), (50_000, 64)]
+    assert [(d["partitions"], d["cores"]) for d in days] == [(PARTITIONS, results["environment"]["cores"]), (50_000, 16), (50_000, 64)]
     assert days[1]["hours"] == 4 * days[2]["hours"] or abs(days[1]["hours"] - 4 * days[2]["hours"]) < 0.05
     assert json.loads(out.read_text()) == results
 
 
 def test_summary_shows_the_large_day():
     def stage(seconds):
-        return {"rows_in": 1000, "rows_out": 900, "seconds": seconds, "rows_per_second_per_core": 250,
-                "jvm_rss_mb": 800.0, "jvm_heap_peak_mb": 300.0, "python_driver_rss_mb": 100.0}
+        return {
+            "rows_in": 1000,
+            "rows_out": 900,
+            "seconds": seconds,
+            "rows_per_second_per_core": 250,
+            "jvm_rss_mb": 800.0,
+            "jvm_heap_peak_mb": 300.0,
+            "python_driver_rss_mb": 100.0,
+        }
 
     # land grows by 0.1 s a minute of data, build silver is all fixed cost.
     windows = [
-        {"minutes": m, "generate_seconds": 1.0, "landing_mb": 10.0 * m, "total_seconds": 4.0 + 0.1 * m,
-         "peak_jvm_rss_mb": 800.0 + m, "peak_jvm_heap_peak_mb": 300.0, "peak_python_driver_rss_mb": 100.0,
-         "stages": {"land": {**stage(2.0 + 0.1 * m), "mb_per_second_per_core": 2.5}, "build silver": stage(2.0)}}
+        {
+            "minutes": m,
+            "generate_seconds": 1.0,
+            "landing_mb": 10.0 * m,
+            "total_seconds": 4.0 + 0.1 * m,
+            "peak_jvm_rss_mb": 800.0 + m,
+            "peak_jvm_heap_peak_mb": 300.0,
+            "peak_python_driver_rss_mb": 100.0,
+            "stages": {"land": {**stage(2.0 + 0.1 * m), "mb_per_second_per_core": 2.5}, "build silver": stage(2.0)},
+        }
         for m in (15, 30)
     ]
     projection = bench.project_day(windows, 2000, 2, large.MINUTES)
-    results = {"sizes": [], "large_day": {
-        "partitions": 2000, "windows": windows, "projection": projection,
-        "memory_by_rows": [{"bronze_rows": 900, "jvm_rss_mb": w["peak_jvm_rss_mb"], "jvm_heap_peak_mb": 300.0,
-                            "python_driver_rss_mb": 100.0} for w in windows]}}
+    results = {
+        "sizes": [],
+        "large_day": {
+            "partitions": 2000,
+            "windows": windows,
+            "projection": projection,
+            "memory_by_rows": [
+                {"bronze_rows": 900, "jvm_rss_mb": w["peak_jvm_rss_mb"], "jvm_heap_peak_mb": 300.0, "python_driver_rss_mb": 100.0} for w in windows
+            ],
+        },
+    }
     # 4 s fixed + 0.1 s per minute of data: 4 + 144 s for the day at 2,000 partitions on 2 cores;
     # x 25 partitions x 2/16 (2/64) cores for 50,000 partitions.
     assert (projection["fixed_seconds"], projection["seconds_per_minute_of_data"]) == (4.0, 0.1)
-    assert [d["hours"] for d in projection["days"]] == [round(148 / 3600, 2), round((4 + 144 * 25 / 8) / 3600, 2),
-                                                        round((4 + 144 * 25 / 32) / 3600, 2)]
+    assert [d["hours"] for d in projection["days"]] == [round(148 / 3600, 2), round((4 + 144 * 25 / 8) / 3600, 2), round((4 + 144 * 25 / 32) / 3600, 2)]
     day_mb = 10.0 * large.MINUTES  # 10 MB a minute at 2,000 partitions
     assert [d["landing_gb"] for d in projection["days"]] == [round(day_mb / 1024, 1)] + [round(day_mb * 25 / 1024, 1)] * 2
     # From one window, everything is scaled.

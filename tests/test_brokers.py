@@ -35,15 +35,20 @@ def policies(spark):
 
 def test_the_value_in_force_at_each_row(spark):
     rows = spark.createDataFrame(
-        [(i, "c1", broker, t) for i, (broker, t) in enumerate([
-            ("b1", at(21, 5)),  # 0: the cluster's 100 (b1's own not yet)
-            ("b1", at(21, 6)),  # 1: b1's own 200, from its effective_at on
-            ("b1", at(21, 11, 59)),  # 2: still 200
-            ("b1", at(21, 12)),  # 3: b1's removed: the cluster's 100 holds again
-            ("b1", at(21, 23, 59)),  # 4: the cluster's 300 since 18:00
-            ("b2", at(21, 7)),  # 5: b1's record is not b2's: 100
-            ("b2", at(20, 9)),  # 6: before any record: never set
-        ])],
+        [
+            (i, "c1", broker, t)
+            for i, (broker, t) in enumerate(
+                [
+                    ("b1", at(21, 5)),  # 0: the cluster's 100 (b1's own not yet)
+                    ("b1", at(21, 6)),  # 1: b1's own 200, from its effective_at on
+                    ("b1", at(21, 11, 59)),  # 2: still 200
+                    ("b1", at(21, 12)),  # 3: b1's removed: the cluster's 100 holds again
+                    ("b1", at(21, 23, 59)),  # 4: the cluster's 300 since 18:00
+                    ("b2", at(21, 7)),  # 5: b1's record is not b2's: 100
+                    ("b2", at(20, 9)),  # 6: before any record: never set
+                ]
+            )
+        ],
         "row int, cluster string, broker string, snapshot_at timestamp",
     )
     got = broker_config_at(rows, policies(spark), [K, J], ["row"], F.col("snapshot_at"))
@@ -59,9 +64,7 @@ def test_the_value_in_force_at_each_row(spark):
 
 
 def test_by_the_end_of_the_day_for_every_broker(spark):
-    brokers = spark.createDataFrame(
-        [("c1", "b1"), ("c1", "b2"), ("c2", "b7"), ("c3", "b9")], "cluster string, broker string"
-    )
+    brokers = spark.createDataFrame([("c1", "b1"), ("c1", "b2"), ("c2", "b7"), ("c3", "b9")], "cluster string, broker string")
     got = {(r["cluster"], r["broker"]): r[K] for r in config_by_end_of(brokers, policies(spark), [K], date(2026, 11, 21)).collect()}
     # 400 takes effect at midnight: the next day's, not this day's.
     assert got == {("c1", "b1"): "300", ("c1", "b2"): "300", ("c2", "b7"): "999", ("c3", "b9"): None}

@@ -16,17 +16,20 @@ from brokerlens.platform.tables import table_schema, write_table
 def seed_quarantine(spark):
     from datetime import datetime
 
-    rows = [(date(2026, 11, 21), "land", "dispatch", "d.jsonl", i, r, None, "{}", datetime(2026, 11, 21, 1))
-            for i, r in enumerate(["duplicate", "duplicate", "negative-counter"], start=1)]
+    rows = [
+        (date(2026, 11, 21), "land", "dispatch", "d.jsonl", i, r, None, "{}", datetime(2026, 11, 21, 1))
+        for i, r in enumerate(["duplicate", "duplicate", "negative-counter"], start=1)
+    ]
     write_table(spark.createDataFrame(rows, table_schema("quarantine").struct), "quarantine", "append")
 
 
 def test_sql_json_prints_only_a_json_array(spark, brokerlens_command):
     seed_quarantine(spark)
     proc = subprocess.run(
-        brokerlens_command("sql", "--format", "json",
-                           "SELECT reason, count(*) AS n, min(day) AS day FROM quarantine GROUP BY reason ORDER BY reason"),
-        capture_output=True, text=True, timeout=300,
+        brokerlens_command("sql", "--format", "json", "SELECT reason, count(*) AS n, min(day) AS day FROM quarantine GROUP BY reason ORDER BY reason"),
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout) == [
@@ -37,8 +40,7 @@ def test_sql_json_prints_only_a_json_array(spark, brokerlens_command):
 
 def test_a_typo_in_a_column_says_so_in_one_line_and_exits_2(spark, brokerlens_command, brokerlens_home):
     seed_quarantine(spark)
-    proc = subprocess.run(brokerlens_command("sql", "SELECT nope FROM quarantine"),
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(brokerlens_command("sql", "SELECT nope FROM quarantine"), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2 and proc.stdout == ""
     lines = proc.stderr.splitlines()
     assert len(lines) <= 3, proc.stderr
@@ -49,8 +51,7 @@ def test_a_typo_in_a_column_says_so_in_one_line_and_exits_2(spark, brokerlens_co
     log = (brokerlens_home / "logs" / "brokerlens.log").read_text()
     assert "UNRESOLVED_COLUMN" in log and "Traceback" in log
 
-    proc = subprocess.run(brokerlens_command("--verbose", "sql", "SELECT nope FROM quarantine"),
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(brokerlens_command("--verbose", "sql", "SELECT nope FROM quarantine"), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2 and "Traceback" in proc.stderr
     assert proc.stderr.splitlines()[-1].startswith("error: column nope not found in quarantine")
 
@@ -58,8 +59,7 @@ def test_a_typo_in_a_column_says_so_in_one_line_and_exits_2(spark, brokerlens_co
 def test_a_bad_path_is_one_line_with_the_trace_in_the_log(brokerlens_command, brokerlens_home, tmp_path):
     (tmp_path / "not-a-folder").write_text("")
     env = {**os.environ, "BROKERLENS_LANDING_DIR": str(tmp_path / "not-a-folder" / "landing")}
-    proc = subprocess.run(brokerlens_command("demo-data", "--date", "2026-11-21"),
-                          capture_output=True, text=True, timeout=300, env=env)
+    proc = subprocess.run(brokerlens_command("demo-data", "--date", "2026-11-21"), capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr
     last = proc.stderr.splitlines()[-1]

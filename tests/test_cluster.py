@@ -30,10 +30,10 @@ GOLD = sorted(name for name, schema in table_schemas().items() if schema.layer =
 
 
 def launch(cls: str, *args: str, log: Path) -> subprocess.Popen:
-    env = {**os.environ, "SPARK_HOME": str(SPARK_HOME), "SPARK_LOCAL_IP": "127.0.0.1",
-           "SPARK_WORKER_DIR": str(log.parent / "work")}
-    return subprocess.Popen([str(SPARK_HOME / "bin" / "spark-class"), cls, *args], env=env,
-                            stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
+    env = {**os.environ, "SPARK_HOME": str(SPARK_HOME), "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_WORKER_DIR": str(log.parent / "work")}
+    return subprocess.Popen(
+        [str(SPARK_HOME / "bin" / "spark-class"), cls, *args], env=env, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True
+    )
 
 
 @pytest.fixture(scope="module")
@@ -41,11 +41,21 @@ def cluster(tmp_path_factory):
     """One master and one worker (2 cores, 2 GB) on loopback; the master URL."""
     logs = tmp_path_factory.mktemp("spark-cluster")
     port, ui = free_port(), free_port()
-    master = launch("org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
-                    "--webui-port", str(ui), log=logs / "master.log")
+    master = launch("org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port), "--webui-port", str(ui), log=logs / "master.log")
     url = f"spark://127.0.0.1:{port}"
-    worker = launch("org.apache.spark.deploy.worker.Worker", url, "--host", "127.0.0.1", "--cores", "2",
-                    "--memory", "2g", "--webui-port", str(free_port()), log=logs / "worker.log")
+    worker = launch(
+        "org.apache.spark.deploy.worker.Worker",
+        url,
+        "--host",
+        "127.0.0.1",
+        "--cores",
+        "2",
+        "--memory",
+        "2g",
+        "--webui-port",
+        str(free_port()),
+        log=logs / "worker.log",
+    )
     try:
         deadline = time.time() + 180
         while True:  # the master's JSON status lists the worker once it has registered
@@ -67,14 +77,19 @@ def cluster(tmp_path_factory):
 def submit(master: str, home: Path, *args: str) -> None:
     """What StageSubmitOperator runs, with the master of the spark_default connection."""
     command = [
-        str(SPARK_HOME / "bin" / "spark-submit"), "--master", master,
-        "--properties-file", str(REPO / "infra" / "spark" / "spark-defaults.conf"),
-        "--conf", "spark.executor.memory=1g",
-        "--jars", ",".join(str(p) for p in session_jars()),
-        str(REPO / "spark" / "brokerlens" / "submit.py"), *args,
+        str(SPARK_HOME / "bin" / "spark-submit"),
+        "--master",
+        master,
+        "--properties-file",
+        str(REPO / "infra" / "spark" / "spark-defaults.conf"),
+        "--conf",
+        "spark.executor.memory=1g",
+        "--jars",
+        ",".join(str(p) for p in session_jars()),
+        str(REPO / "spark" / "brokerlens" / "submit.py"),
+        *args,
     ]
-    env = {**os.environ, "BROKERLENS_HOME": str(home), "SPARK_HOME": str(SPARK_HOME),
-           "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
+    env = {**os.environ, "BROKERLENS_HOME": str(home), "SPARK_HOME": str(SPARK_HOME), "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
     proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=1800)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
 
@@ -90,9 +105,13 @@ def gold_rows(home: Path) -> dict[str, list[str]]:
 
 def test_daily_stages_on_a_standalone_cluster_match_local_mode(cluster, tmp_path):
     homes = {"local": tmp_path / "local", "cluster": tmp_path / "cluster"}
-    subprocess.run([str(Path(sys.executable).with_name("brokerlens")), "demo-data", "--date", DAY.isoformat(),
-                    "--scale", "0.01"], env={**os.environ, "BROKERLENS_HOME": str(homes["local"])},
-                   check=True, capture_output=True, timeout=600)
+    subprocess.run(
+        [str(Path(sys.executable).with_name("brokerlens")), "demo-data", "--date", DAY.isoformat(), "--scale", "0.01"],
+        env={**os.environ, "BROKERLENS_HOME": str(homes["local"])},
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
     (homes["cluster"]).mkdir()
     os.symlink(homes["local"] / "landing", homes["cluster"] / "landing")  # the same landing files
 

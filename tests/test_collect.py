@@ -137,12 +137,16 @@ def test_policies_only_when_changed(admin, collect_settings):
     records = [json.loads(line) for line in first.read_text().splitlines()]
     by_kind = {(r["kind"], r.get("namespace") or r.get("topic") or r.get("broker")): r for r in records}
     assert set(by_kind) == {
-        ("namespace-dispatch-rate", "acme/orders"), ("namespace-subscription-dispatch-rate", "acme/orders"),
+        ("namespace-dispatch-rate", "acme/orders"),
+        ("namespace-subscription-dispatch-rate", "acme/orders"),
         ("topic-dispatch-rate", "persistent://acme/orders/order-events"),
         ("topic-subscription-dispatch-rate", "persistent://acme/orders/orders"),
-        ("broker-config", "broker-1:8080"), ("broker-config", "broker-2:8080")}
-    assert by_kind[("topic-dispatch-rate", "persistent://acme/orders/order-events")]["policy"] == \
-        fixture("/admin/v2/persistent/acme/orders/order-events/dispatchRate")
+        ("broker-config", "broker-1:8080"),
+        ("broker-config", "broker-2:8080"),
+    }
+    assert by_kind[("topic-dispatch-rate", "persistent://acme/orders/order-events")]["policy"] == fixture(
+        "/admin/v2/persistent/acme/orders/order-events/dispatchRate"
+    )
     broker = by_kind[("broker-config", "broker-1:8080")]["policy"]
     # The dynamic value (1500, a string in the API) wins over the runtime "0", typed for landing.
     assert broker["dispatchThrottlingRateInMsg"] == 1500
@@ -157,15 +161,20 @@ def test_policies_only_when_changed(admin, collect_settings):
     # A changed namespace limit and a removed topic policy: exactly those two records.
     Replay.overrides = {
         "/admin/v2/namespaces/acme/orders/subscriptionDispatchRate": {
-            "dispatchThrottlingRateInMsg": 120, "dispatchThrottlingRateInByte": -1,
-            "relativeToPublishRate": False, "ratePeriodInSecond": 1},
+            "dispatchThrottlingRateInMsg": 120,
+            "dispatchThrottlingRateInByte": -1,
+            "relativeToPublishRate": False,
+            "ratePeriodInSecond": 1,
+        },
         "/admin/v2/persistent/acme/orders/order-events/dispatchRate": None,
     }
     collect(None, collect_settings, admin_url=admin)
     third = landed(collect_settings, "policies")[-1]
     records = [json.loads(line) for line in third.read_text().splitlines()]
     assert sorted((r["kind"], r["policy"] and r["policy"]["dispatchThrottlingRateInMsg"]) for r in records) == [
-        ("namespace-subscription-dispatch-rate", 120), ("topic-dispatch-rate", None)]
+        ("namespace-subscription-dispatch-rate", 120),
+        ("topic-dispatch-rate", None),
+    ]
 
 
 def test_wrong_token_is_a_clear_error_without_the_token(admin, brokerlens_home):
@@ -182,8 +191,7 @@ def test_server_down_after_retries(collect_settings):
 
 def test_cli_never_prints_the_token(admin, brokerlens_home, brokerlens_command):
     env = {**os.environ, "BROKERLENS_ADMIN_TOKEN": TOKEN, "BROKERLENS_COLLECT__BACKOFF_SECONDS": "0"}
-    run = subprocess.run(brokerlens_command("-v", "collect", "--admin-url", admin), env=env,
-                         capture_output=True, text=True, timeout=120)
+    run = subprocess.run(brokerlens_command("-v", "collect", "--admin-url", admin), env=env, capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
     assert "topics=2" in run.stdout and "retry" in run.stderr  # the 500 was retried, and said so
     assert TOKEN not in run.stdout + run.stderr
@@ -191,8 +199,7 @@ def test_cli_never_prints_the_token(admin, brokerlens_home, brokerlens_command):
 
 def test_cli_error_is_one_readable_line(admin, brokerlens_home, brokerlens_command):
     env = {**os.environ, "BROKERLENS_ADMIN_TOKEN": "not-the-token-7c1d", "BROKERLENS_COLLECT__BACKOFF_SECONDS": "0"}
-    run = subprocess.run(brokerlens_command("collect", "--admin-url", admin), env=env,
-                         capture_output=True, text=True, timeout=120)
+    run = subprocess.run(brokerlens_command("collect", "--admin-url", admin), env=env, capture_output=True, text=True, timeout=120)
     assert run.returncode == 1
     assert "error: collect failed: GET /admin/v2/clusters: HTTP 401" in run.stderr
     assert "Traceback" not in run.stderr and "not-the-token-7c1d" not in run.stderr

@@ -66,7 +66,11 @@ def describe_dags(tmp_path, **env_extra: str) -> dict:
     (tmp_path / "airflow").mkdir()
     proc = subprocess.run(
         [sys.executable, "-c", DESCRIBE, str(REPO / "dags")],
-        env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     # Parsing wrote nothing of brokerlens's: no home, no Spark warehouse or metastore.
@@ -162,9 +166,7 @@ def test_each_step_declares_the_tables_it_writes_as_assets(dags):
 
 
 def test_start_date_and_catchup_are_configurable(tmp_path):
-    daily = describe_dags(
-        tmp_path, BROKERLENS_START_DATE="2026-10-05", BROKERLENS_CATCHUP="false", BROKERLENS_DAG_RETRIES="0"
-    )["dags"]["brokerlens_daily"]
+    daily = describe_dags(tmp_path, BROKERLENS_START_DATE="2026-10-05", BROKERLENS_CATCHUP="false", BROKERLENS_DAG_RETRIES="0")["dags"]["brokerlens_daily"]
     assert daily["start_date"] == "2026-10-05T00:00:00+00:00"
     assert daily["catchup"] is False
     assert {t["retries"] for t in daily["tasks"].values()} == {0}

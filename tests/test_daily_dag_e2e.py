@@ -46,7 +46,10 @@ def airflow_home(tmp_path_factory):
 def run_cli(env: dict, *args: str) -> str:
     proc = subprocess.run(
         [str(Path(sys.executable).with_name("brokerlens")), *args],
-        env=env, capture_output=True, text=True, timeout=900,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc.stdout
@@ -60,12 +63,10 @@ def task_states(airflow_home: Path, day: date | None, dag_id: str = "brokerlens_
     """State of each task of the DAG's latest run (for ``day``), from Airflow's database."""
     with sqlite3.connect(airflow_home / "airflow.db") as db:
         run_id = db.execute(
-            "SELECT run_id FROM dag_run WHERE dag_id = ? AND (? IS NULL OR date(logical_date) = ?) "
-            "ORDER BY id DESC LIMIT 1", (dag_id, day and day.isoformat(), day and day.isoformat())
+            "SELECT run_id FROM dag_run WHERE dag_id = ? AND (? IS NULL OR date(logical_date) = ?) ORDER BY id DESC LIMIT 1",
+            (dag_id, day and day.isoformat(), day and day.isoformat()),
         ).fetchone()[0]
-        rows = db.execute(
-            "SELECT task_id, state FROM task_instance WHERE dag_id = ? AND run_id = ?", (dag_id, run_id)
-        ).fetchall()
+        rows = db.execute("SELECT task_id, state FROM task_instance WHERE dag_id = ? AND run_id = ?", (dag_id, run_id)).fetchall()
     return dict(rows)
 
 
@@ -138,8 +139,7 @@ def test_daily_dag_end_to_end_then_rerun_changes_nothing(airflow_home, tmp_path)
         by_id = {m["Message-ID"]: m for m in mails}
         assert set(by_id) == {r["message_id"] for r in notified}
         # ... about the day's alerts that are new, escalated or resolved, each in its mail.
-        to_mail = {(a["topic"], a["subscription"]) for a in before["hole_alerts"][1]
-                   if a["state"] in ("new", "escalated", "resolved")}
+        to_mail = {(a["topic"], a["subscription"]) for a in before["hole_alerts"][1] if a["state"] in ("new", "escalated", "resolved")}
         assert {(r["topic"], r["subscription"]) for r in notified} == to_mail
         for r in notified:
             mail = by_id[r["message_id"]]
@@ -157,8 +157,7 @@ def test_daily_dag_end_to_end_then_rerun_changes_nothing(airflow_home, tmp_path)
         # same rows); nothing appended to what was sent. validation_results is the history of
         # validate runs: two more runs (bronze, silver), with as many results.
         history = "validation_results"
-        assert {t: canonical(rows) for t, (_, rows) in after.items() if t != history} == {
-            t: canonical(rows) for t, (_, rows) in before.items() if t != history}
+        assert {t: canonical(rows) for t, (_, rows) in after.items() if t != history} == {t: canonical(rows) for t, (_, rows) in before.items() if t != history}
         runs = lambda rows: Counter(r["run_at"] for r in rows)  # noqa: E731
         first_runs, all_runs = runs(before[history][1]), runs(after[history][1])
         assert len(first_runs) == 2 and len(all_runs) == 4
@@ -171,8 +170,7 @@ def test_daily_dag_end_to_end_then_rerun_changes_nothing(airflow_home, tmp_path)
         assert len(writes) == 2 and all("Delta-Lake/" in h["engineInfo"] for h in history)
         assert all("2026-11-21" in h["operationParameters"]["predicate"] for h in writes)
         rows = len(before["dispatch_periods"][1])
-        first = json.loads(run_cli(env, "sql", "--format", "json",
-                                   f"SELECT count(*) AS n FROM dispatch_periods VERSION AS OF {writes[-1]['version']}"))
+        first = json.loads(run_cli(env, "sql", "--format", "json", f"SELECT count(*) AS n FROM dispatch_periods VERSION AS OF {writes[-1]['version']}"))
         assert first == [{"n": rows}]
 
     # Where make run says the outputs are.
@@ -205,8 +203,7 @@ def test_a_failing_step_stops_the_later_ones_and_mails_the_failure(airflow_home,
     policies = table_snapshot(home / "lake", "bronze_policies", day)[1]
     offending = sum(p["kind"] != "broker-config" for p in policies)
     assert 0 < offending < len(policies)
-    assert (f"bronze_policies: expect_column_values_to_be_in_set(kind) failed on {offending} of "
-            f"{len(policies)} rows") in text
+    assert (f"bronze_policies: expect_column_values_to_be_in_set(kind) failed on {offending} of {len(policies)} rows") in text
     # Nothing downstream ran: no silver or gold table, no report.
     assert not (home / "lake" / "rate_limits").exists() and not (home / "lake" / "hole_alerts").exists()
     assert not list(home.rglob("*.html"))
@@ -229,9 +226,15 @@ def test_a_stage_failure_ends_its_task_log_with_the_reason(airflow_home, tmp_pat
     day = date(2026, 11, 23)
     with SmtpSink(tmp_path / "mail") as sink, contextlib.ExitStack() as stack:
         server = stack.enter_context(StageServer(airflow_env(airflow_home, home, sink.port), tmp_path / "server")) if on_server else None
-        env = airflow_env(airflow_home, home, sink.port, BROKERLENS_FAILURE_EMAIL="oncall@example.com",
-                          BROKERLENS_DAG_RETRIES="0", BROKERLENS_REPORTS_DIR=str(blocker / "reports"),
-                          **(server.environ if server else {}))
+        env = airflow_env(
+            airflow_home,
+            home,
+            sink.port,
+            BROKERLENS_FAILURE_EMAIL="oncall@example.com",
+            BROKERLENS_DAG_RETRIES="0",
+            BROKERLENS_REPORTS_DIR=str(blocker / "reports"),
+            **(server.environ if server else {}),
+        )
         run = airflow("tasks", "test", "brokerlens_daily", "report", day.isoformat(), env=env, timeout=900)
     log = run.stdout + run.stderr
     assert "new_state=failed" in log, log[-3000:]
@@ -249,8 +252,7 @@ def test_a_stage_failure_ends_its_task_log_with_the_reason(airflow_home, tmp_pat
 
 def test_collection_dag_snapshots_a_cluster_into_landing(airflow_home, tmp_path, admin):
     home = tmp_path / "var"
-    env = airflow_env(airflow_home, home, 8025, BROKERLENS_ADMIN_URL=admin, BROKERLENS_ADMIN_TOKEN=TOKEN,
-                      BROKERLENS_COLLECT__BACKOFF_SECONDS="0")
+    env = airflow_env(airflow_home, home, 8025, BROKERLENS_ADMIN_URL=admin, BROKERLENS_ADMIN_TOKEN=TOKEN, BROKERLENS_COLLECT__BACKOFF_SECONDS="0")
     run = airflow("dags", "test", "brokerlens_collect", env=env, timeout=600)
     log = run.stdout + run.stderr
     assert run.returncode == 0, log[-4000:]
@@ -260,8 +262,7 @@ def test_collection_dag_snapshots_a_cluster_into_landing(airflow_home, tmp_path,
     assert re.search(r"\] collect \d{4}-\d\d-\d\d\n  topics=\d+, partitions=\d+, ", log)
     [stats_file] = home.glob("landing/*/topic-stats/collect-*")
     envelopes = {e["topic"]: e for e in json.loads(stats_file.read_text())}
-    assert envelopes["persistent://acme/orders/order-events"]["stats"] == fixture(
-        "/admin/v2/persistent/acme/orders/order-events/stats")
+    assert envelopes["persistent://acme/orders/order-events"]["stats"] == fixture("/admin/v2/persistent/acme/orders/order-events/stats")
 
 
 def break_validation(env: dict, home: Path, day: date) -> None:
@@ -276,10 +277,12 @@ def break_validation(env: dict, home: Path, day: date) -> None:
     shutil.copytree(REPO / "expectations", suites)
     path = suites / "bronze_policies.json"
     suite = json.loads(path.read_text())
-    suite["expectations"].append({
-        "type": "expect_column_values_to_be_in_set",
-        "kwargs": {"column": "kind", "value_set": ["broker-config"]},
-        "meta": {"severity": "critical"},
-    })
+    suite["expectations"].append(
+        {
+            "type": "expect_column_values_to_be_in_set",
+            "kwargs": {"column": "kind", "value_set": ["broker-config"]},
+            "meta": {"severity": "critical"},
+        }
+    )
     path.write_text(json.dumps(suite))
     env["BROKERLENS_EXPECTATIONS_DIR"] = str(suites)

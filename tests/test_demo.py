@@ -50,8 +50,7 @@ def good_lines(root: Path, landing: Path, kind: str, bad: set, pattern="*.jsonl"
 
 
 def tree_digest(root: Path) -> dict[str, str]:
-    return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file()}
+    return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
 def test_all_kinds_and_manifest(demo):
@@ -59,10 +58,15 @@ def test_all_kinds_and_manifest(demo):
     for kind in ("topic-stats", "internal-stats", "dispatch", "producer-stats", "policies", "metrics"):
         assert any((root / kind).iterdir()), kind
     reasons = {b["reason"] for b in manifest["bad_records"]}
-    assert reasons >= {"malformed-json", "missing-field", "wrong-type", "negative-counter", "outside-day",
-                       "unknown-enum", "duplicate", "unreadable-file"}
+    assert reasons >= {"malformed-json", "missing-field", "wrong-type", "negative-counter", "outside-day", "unknown-enum", "duplicate", "unreadable-file"}
     assert {b["kind"] for b in manifest["bad_records"] if b["stage"] == "land"} == {
-        "topic-stats", "internal-stats", "dispatch", "producer-stats", "policies", "metrics"}
+        "topic-stats",
+        "internal-stats",
+        "dispatch",
+        "producer-stats",
+        "policies",
+        "metrics",
+    }
     for b in manifest["bad_records"]:
         path = settings.landing / b["file"]
         assert path.is_file(), b
@@ -98,8 +102,7 @@ def test_nothing_else_is_bad(demo):
         assert min(v for k, v in rec["stats"].items() if k != "partitionStats") >= 0
         assert line not in seen
         seen.add(line)
-    kinds = {"broker-config", "namespace-dispatch-rate", "namespace-subscription-dispatch-rate",
-             "topic-dispatch-rate", "topic-subscription-dispatch-rate"}
+    kinds = {"broker-config", "namespace-dispatch-rate", "namespace-subscription-dispatch-rate", "topic-dispatch-rate", "topic-subscription-dispatch-rate"}
     for rel, n, line in good_lines(root, settings.landing, "policies", bad):
         rec = json.loads(line)
         assert rec["kind"] in kinds and 0 <= sec(rec["effective_at"]) < 86400
@@ -111,8 +114,10 @@ def test_nothing_else_is_bad(demo):
             doc = json.loads(path.read_text())
             for env in doc if isinstance(doc, list) else [doc]:
                 assert 0 <= sec(env["collected_at"]) < 86400 and env["stats"]
-    sample = re.compile(r'^pulsar_[a-z_]+\{cluster="c1",namespace="[^"]+",topic="persistent://[^"]+"'
-                        r'(,subscription="[^"]+")?\} -?[0-9.e+]+$')
+    sample = re.compile(
+        r'^pulsar_[a-z_]+\{cluster="c1",namespace="[^"]+",topic="persistent://[^"]+"'
+        r'(,subscription="[^"]+")?\} -?[0-9.e+]+$'
+    )
     for rel, n, line in good_lines(root, settings.landing, "metrics", bad, "*.prom"):
         assert line.startswith("#") or sample.match(line), line
         if not line.startswith("#"):
@@ -136,8 +141,11 @@ def effective_limits(root: Path, landing: Path, bad: set):
                 if t <= start:
                     current[(r["kind"], r.get("topic") or r.get("namespace"))] = r["policy"]
             policy = current.get((kind_topic, base)) or current.get((kind_ns, ns))
-            values = ((policy["dispatchThrottlingRateInMsg"], policy["dispatchThrottlingRateInByte"]) if policy
-                      else (brokers[broker][broker_keys[0]], brokers[broker][broker_keys[1]]))
+            values = (
+                (policy["dispatchThrottlingRateInMsg"], policy["dispatchThrottlingRateInByte"])
+                if policy
+                else (brokers[broker][broker_keys[0]], brokers[broker][broker_keys[1]])
+            )
             end = starts[i + 1] if i + 1 < len(starts) else 86400
             for j, v in enumerate(values):
                 q[j, start:end] = v if v > 0 else np.inf
@@ -146,15 +154,27 @@ def effective_limits(root: Path, landing: Path, bad: set):
     def limits(level, broker, partition=None):
         if level == "broker":
             conf = brokers[broker]
-            return np.stack([np.full(86400, conf["dispatchThrottlingRateInMsg"] or np.inf, dtype=float),
-                             np.full(86400, conf["dispatchThrottlingRateInByte"] or np.inf, dtype=float)])
+            return np.stack(
+                [
+                    np.full(86400, conf["dispatchThrottlingRateInMsg"] or np.inf, dtype=float),
+                    np.full(86400, conf["dispatchThrottlingRateInByte"] or np.inf, dtype=float),
+                ]
+            )
         if level == "topic":
-            return per_second("topic-dispatch-rate", "namespace-dispatch-rate",
-                              ("dispatchThrottlingRatePerTopicInMsg", "dispatchThrottlingRatePerTopicInByte"),
-                              broker, partition)
-        return per_second("topic-subscription-dispatch-rate", "namespace-subscription-dispatch-rate",
-                          ("dispatchThrottlingRatePerSubscriptionInMsg", "dispatchThrottlingRatePerSubscriptionInByte"),
-                          broker, partition)
+            return per_second(
+                "topic-dispatch-rate",
+                "namespace-dispatch-rate",
+                ("dispatchThrottlingRatePerTopicInMsg", "dispatchThrottlingRatePerTopicInByte"),
+                broker,
+                partition,
+            )
+        return per_second(
+            "topic-subscription-dispatch-rate",
+            "namespace-subscription-dispatch-rate",
+            ("dispatchThrottlingRatePerSubscriptionInMsg", "dispatchThrottlingRatePerSubscriptionInByte"),
+            broker,
+            partition,
+        )
 
     return limits
 
@@ -224,14 +244,14 @@ def test_mid_day_limit_and_topic_policy(demo, dispatch):
     key = ("subscription", "broker-1:8080", "persistent://acme/orders/orders-partition-0", "fulfilment")
     msgs = dispatch[key][0]
     # After the 09:30–09:45 consumer outage the backlog drains at the 80 msg/s topic policy limit.
-    drained = msgs[9 * 3600 + 2700: 9 * 3600 + 2700 + 300]
+    drained = msgs[9 * 3600 + 2700 : 9 * 3600 + 2700 + 300]
     assert 0.5 * 80 * 300 <= drained.sum() <= 80 * 300 + 1000
     # The namespace policy in force after the topic policy is removed (18:00) is 120, not 200.
-    evening = msgs[19 * 3600: 19 * 3600 + 300]
+    evening = msgs[19 * 3600 : 19 * 3600 + 300]
     assert evening.sum() <= 120 * 300 + 1000
     # order-events: the topic policy (300 msg/s, 256 KiB/s) overrides the namespace's 800 msg/s.
     topic = dispatch[("topic", "broker-1:8080", "persistent://acme/orders/order-events", None)]
-    burst = topic[1][13 * 3600: 13 * 3600 + 600]
+    burst = topic[1][13 * 3600 : 13 * 3600 + 600]
     assert burst.sum() <= 262144 * 600 + 300_000 and burst.max() > 0
 
 
@@ -311,8 +331,7 @@ def test_cursors_near_and_over_cap(demo):
             assert 8_000 <= counts[-1] < 10_000
     assert spans > 0  # some ranges span ledgers
     for row in exp["subscriptions_forecast_to_cap"]:
-        pts = sorted((t, n) for (topic, sub, t), n in topic_ranges.items()
-                     if topic == row["topic"] and sub == row["subscription"] and t >= 86100 - 3 * 3600)
+        pts = sorted((t, n) for (topic, sub, t), n in topic_ranges.items() if topic == row["topic"] and sub == row["subscription"] and t >= 86100 - 3 * 3600)
         t, n = np.array(pts, dtype=float).T
         slope = np.polyfit(t / 3600, n, 1)[0]  # ranges per hour over the last 3 h
         assert n[-1] < 10_000 and (10_000 - n[-1]) / slope <= 24
@@ -331,8 +350,7 @@ def lint(rec: dict) -> set[str]:
         issues.add("memory-limit-too-small")
     if c["batchingMaxBytes"] > min(mem / parts / 2 if mem else 1 << 20, 1 << 20):
         issues.add("batching-max-bytes-too-large")
-    if rec["partitions"] and c["messageRoutingMode"] == "RoundRobinPartition" \
-            and c["batchingPartitionSwitchFrequencyByPublishDelay"] != 1:
+    if rec["partitions"] and c["messageRoutingMode"] == "RoundRobinPartition" and c["batchingPartitionSwitchFrequencyByPublishDelay"] != 1:
         issues.add("partition-switch-frequency")
     if not c["blockIfQueueFull"] and rec["stats"]["totalSendFailed"] > 0:
         issues.add("block-if-queue-full-false-with-send-failures")

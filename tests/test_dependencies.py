@@ -89,8 +89,7 @@ DEV_SIDE = [*sorted((ROOT / "tests").rglob("*.py")), *sorted((ROOT / "spark" / "
 def test_the_package_lists_exactly_what_it_imports():
     used = _used(PACKAGE_SIDE)
     assert set(used) == _listed(None), (
-        f"imported, not in dependencies: { {d: f for d, f in used.items() if d not in _listed(None)} }; "
-        f"listed, never imported: {_listed(None) - set(used)}"
+        f"imported, not in dependencies: { {d: f for d, f in used.items() if d not in _listed(None)} }; listed, never imported: {_listed(None) - set(used)}"
     )
 
 

@@ -102,8 +102,7 @@ def test_filtered_entries_rule_flags_a_lower_bound(spark):
                                    frame(spark, "rate_limits", [limit("subscription", 10, topic=t)]),
                                    None, rules_frame(spark, non_backlog=True, filtered=filtered))  # fmt: skip
         r = periods.first()
-        assert (r["counted_msgs"], r["over_msgs"], r["filtered_entries_charged"], r["charge_rule"]) == (
-            30, 20, filtered, "charged")
+        assert (r["counted_msgs"], r["over_msgs"], r["filtered_entries_charged"], r["charge_rule"]) == (30, 20, filtered, "charged")
 
 
 def test_counting_rules_from_broker_config_over_settings(spark):
@@ -130,8 +129,8 @@ def test_counting_rules_from_broker_config_over_settings(spark):
     pick = lambda b: (rules[b]["throttle_non_backlog"], rules[b]["throttle_filtered"], rules[b]["cursor_backlogged_threshold"])  # noqa: E731
     assert pick("b1") == (False, True, 500)
     assert rules["b1"]["counting_rules_source"] == (
-        "broker-config dispatchThrottlingOnNonBacklogConsumerEnabled, dispatchThrottlingForFilteredEntriesEnabled, "
-        "managedLedgerCursorBackloggedThreshold")
+        "broker-config dispatchThrottlingOnNonBacklogConsumerEnabled, dispatchThrottlingForFilteredEntriesEnabled, managedLedgerCursorBackloggedThreshold"
+    )
     assert pick("b2") == (False, True, 1000)
     assert rules["b2"]["counting_rules_source"] == "broker-config dispatchThrottlingForFilteredEntriesEnabled"
     assert pick("b3") == (False, True, 1000)

@@ -144,10 +144,8 @@ def test_brokers_of_both_versions_get_their_own_model(spark):
     broker configured with the classic factory runs classic; the settings override wins."""
     old, new, pinned = "b31:8080", "b41:8080", "b41c:8080"
     brokers = spark.createDataFrame([("c1", b) for b in (old, new, pinned)], "cluster string, broker string")
-    metrics = frame(spark, "bronze_metrics", [metric_row(old, "3.1.2"), metric_row(new, "3.0.0", 1),
-                                              metric_row(new, "4.1.0", 2), metric_row(pinned, "4.1.0")])
-    policies = frame(spark, "bronze_policies", [
-        factory_row(pinned, "org.apache.pulsar.broker.service.persistent.DispatchRateLimiterFactoryClassic")])
+    metrics = frame(spark, "bronze_metrics", [metric_row(old, "3.1.2"), metric_row(new, "3.0.0", 1), metric_row(new, "4.1.0", 2), metric_row(pinned, "4.1.0")])
+    policies = frame(spark, "bronze_policies", [factory_row(pinned, "org.apache.pulsar.broker.service.persistent.DispatchRateLimiterFactoryClassic")])
     models = {r["broker"]: (r["limiter_model"], r["limiter_model_source"])
               for r in limiter_models(brokers, policies, metrics, D1).collect()}  # fmt: skip
     assert models == {

@@ -83,17 +83,14 @@ def reference(series: Series, horizon_days: int = 1):
     return rows, closing
 
 
-COMPARED = ["counted_msgs", "starved"] + [
-    f"{c}_{m}" for m in ("msgs", "bytes") for c in ("quota", "debt_in", "allowed", "over", "debt_out")
-]
+COMPARED = ["counted_msgs", "starved"] + [f"{c}_{m}" for m in ("msgs", "bytes") for c in ("quota", "debt_in", "allowed", "over", "debt_out")]
 
 
 def series_rows(s: Series, day_offset: int = 0, day: date = D1):
     """dispatch_intervals and rate_limits rows of one day (offset in days from the series' start)."""
     lo, hi = 86400 * day_offset, 86400 * (day_offset + 1)
     intervals = [
-        interval("subscription", t - lo, m, day=day, bytes_=b, entries=e, redelivered=r,
-                 topic=s.topic, subscription="s", seconds=s.period)  # fmt: skip
+        interval("subscription", t - lo, m, day=day, bytes_=b, entries=e, redelivered=r, topic=s.topic, subscription="s", seconds=s.period)  # fmt: skip
         for t, (m, b, e, r) in sorted(s.records.items())
         if lo <= t < hi
     ]

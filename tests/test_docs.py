@@ -15,9 +15,7 @@ from brokerlens.platform.schemas import table_schemas
 def test_tables_reference_is_up_to_date():
     path = docs_path()
     assert path.is_file(), "docs/tables.md is missing: run `brokerlens docs`"
-    assert path.read_text(encoding="utf-8") == tables_markdown(), (
-        "docs/tables.md is out of date with schemas/tables/: run `brokerlens docs` and commit it"
-    )
+    assert path.read_text(encoding="utf-8") == tables_markdown(), "docs/tables.md is out of date with schemas/tables/: run `brokerlens docs` and commit it"
 
 
 def test_reference_documents_every_table_and_column():

@@ -34,8 +34,7 @@ def doc_queries() -> list[tuple[str, str]]:
 
 def last_snapshots(day):
     w = Window.partitionBy("cluster", "topic", "subscription").orderBy(F.desc("snapshot_at"))
-    return (read_table("cursor_ranges").where(F.col("day") == day)
-            .withColumn("n", F.row_number().over(w)).where("n = 1"))
+    return read_table("cursor_ranges").where(F.col("day") == day).withColumn("n", F.row_number().over(w)).where("n = 1")
 
 
 def keys(rows, *names):
@@ -68,9 +67,7 @@ def test_every_example_query_runs_on_a_demo_day(spark, settings):
     hours = answers["When in the day the worst subscription went over"]
     assert hours
     topic, subscription = hours[0]["topic"], hours[0]["subscription"]
-    daily = on_day("dispatch_daily").where(
-        (F.col("level") == "subscription") & (F.col("topic") == topic) & (F.col("subscription") == subscription)
-    ).first()
+    daily = on_day("dispatch_daily").where((F.col("level") == "subscription") & (F.col("topic") == topic) & (F.col("subscription") == subscription)).first()
     assert sum(r["over_msgs"] for r in hours) == daily["excess_msgs"]
     assert max(r["max_debt_msgs"] for r in hours) == daily["max_debt_msgs"]
     assert sum(r["periods_starved"] for r in hours) == daily["periods_starved"]
@@ -103,13 +100,11 @@ def test_every_example_query_runs_on_a_demo_day(spark, settings):
     assert lint and len(lint) == on_day("producer_lint").count()
 
     limits = answers["Where a subscription's dispatch limit came from"]
-    assert limits and all(r["msg_source"] in {"topic-policy", "namespace-policy", "broker-config", "default"}
-                          for r in limits)
+    assert limits and all(r["msg_source"] in {"topic-policy", "namespace-policy", "broker-config", "default"} for r in limits)
 
     checks = answers["Did yesterday's data pass its checks?"]
     results = on_day("validation_results")
-    latest = (results.withColumn("last", F.max("run_at").over(Window.partitionBy("table_name")))
-              .where(F.col("run_at") == F.col("last")))
+    latest = results.withColumn("last", F.max("run_at").over(Window.partitionBy("table_name"))).where(F.col("run_at") == F.col("last"))
     assert {r["table_name"] for r in checks} >= {"bronze_dispatch", "dispatch_intervals"}  # both runs
     assert checks and sum(r["expectations"] for r in checks) == latest.count()
     assert sum(r["failed"] for r in checks) == latest.where("NOT success").count()

@@ -122,23 +122,33 @@ def test_over_cap_exposure_exact_with_cap_from_default_policy_and_override(spark
     rows = [
         snap(at(DAY, 3), range_string(big), sub="big", ledger_entries=ledgers, reported=len(big)),
         snap(at(DAY, 3), range_string(small), sub="policy", cluster="c2", ledger_entries=small_ledgers),
-        snap(at(DAY, 3), range_string(small), sub="override", cluster="c2", namespace="t/special",
-             ledger_entries=small_ledgers),
+        snap(at(DAY, 3), range_string(small), sub="override", cluster="c2", namespace="t/special", ledger_entries=small_ledgers),
         # A spanned ledger of unknown size: exposure unknown, not guessed.
         snap(at(DAY, 3), "[(1:1..1:3], (1:4..2:1]]", sub="unknown-ledger", cluster="c2", ledger_entries={}),
     ]
     write_snapshots(spark, rows, DAY)
     p = table_schema("bronze_policies")
     policy = lambda effective_at, broker, cap: {  # noqa: E731
-        "day": DAY, "effective_at": effective_at, "cluster": "c2", "kind": "broker-config", "broker": broker,
-        "namespace": None, "topic": None, "removed": False, "dispatch_throttling_rate_in_msg": None,
-        "dispatch_throttling_rate_in_byte": None, "rate_period_in_second": None, "relative_to_publish_rate": None,
-        "broker_config": {"managedLedgerMaxUnackedRangesToPersist": str(cap)}, "policy_json": "{}",
-        "source_file": "p.jsonl", "line": 1, "ingested_at": datetime(2026, 11, 21, 0),
+        "day": DAY,
+        "effective_at": effective_at,
+        "cluster": "c2",
+        "kind": "broker-config",
+        "broker": broker,
+        "namespace": None,
+        "topic": None,
+        "removed": False,
+        "dispatch_throttling_rate_in_msg": None,
+        "dispatch_throttling_rate_in_byte": None,
+        "rate_period_in_second": None,
+        "relative_to_publish_rate": None,
+        "broker_config": {"managedLedgerMaxUnackedRangesToPersist": str(cap)},
+        "policy_json": "{}",
+        "source_file": "p.jsonl",
+        "line": 1,
+        "ingested_at": datetime(2026, 11, 21, 0),
     }
     policies = [policy(datetime(2026, 11, 21, 0), None, 5), policy(datetime(2026, 11, 21, 4), "broker-1:8080", 1)]
-    write_table(spark.createDataFrame([tuple(r[c] for c in p.column_names) for r in policies], p.struct),
-                "bronze_policies", mode="append")
+    write_table(spark.createDataFrame([tuple(r[c] for c in p.column_names) for r in policies], p.struct), "bronze_policies", mode="append")
     custom = settings.model_copy(update={"alerts": AlertSettings(overrides=[AlertOverride(namespace="t/special", cap=4)])})
 
     build_holes(DAY, custom)
@@ -220,9 +230,7 @@ def test_growth_forecast_severities_hints_and_states_across_days(spark, settings
     first = read_table("cursor_ranges").filter(f"day = '{d2}' AND subscription = 'fc' AND hour(snapshot_at) = 0").first()
     window = [(h - 24, y) for h, y in points if h - 24 >= -6] + [(0, 500)]
     assert first["growth_snapshots"] == len(window)
-    assert first["growth_per_hour"] == pytest.approx(
-        statistics.linear_regression([x for x, _ in window], [y for _, y in window]).slope
-    )
+    assert first["growth_per_hour"] == pytest.approx(statistics.linear_regression([x for x, _ in window], [y for _, y in window]).slope)
 
     a2 = rows_by_sub("hole_alerts", d2)
     assert {k: (v["severity"], v["previous_severity"], v["state"], v["first_seen"]) for k, v in a2.items()} == {

@@ -22,9 +22,10 @@ def test_coordinates_match_the_pinned_delta_spark_and_pyspark():
 
 def test_cached_jars_are_used_without_fetching(monkeypatch):
     cached = jars.delta_jars()  # the session's SparkSession already fetched them
-    assert [p.name for p in cached] == [f"io.delta_delta-spark_{c.split(':')[1].split('_', 1)[1]}-{c.split(':')[2]}.jar"
-                                         if "spark" in c else f"io.delta_delta-storage-{c.split(':')[2]}.jar"
-                                         for c in jars.coordinates()]
+    assert [p.name for p in cached] == [
+        f"io.delta_delta-spark_{c.split(':')[1].split('_', 1)[1]}-{c.split(':')[2]}.jar" if "spark" in c else f"io.delta_delta-storage-{c.split(':')[2]}.jar"
+        for c in jars.coordinates()
+    ]
 
     def no_fetch(*args, **kwargs):
         raise AssertionError("fetched although the JARs are cached")
@@ -46,8 +47,7 @@ def test_unreachable_repository_is_one_clear_line(tmp_path):
     conf.mkdir()
     (conf / "spark-defaults.conf").write_text(f"spark.jars.ivySettings {settings}\n")
     env = {**os.environ, "BROKERLENS_JARS_DIR": str(tmp_path / "cache"), "SPARK_CONF_DIR": str(conf)}
-    proc = subprocess.run([sys.executable, "-m", "brokerlens.platform.jars"], env=env, capture_output=True, text=True,
-                          timeout=300)
+    proc = subprocess.run([sys.executable, "-m", "brokerlens.platform.jars"], env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1, proc.stderr

@@ -98,13 +98,15 @@ def check_quarantine_reasons_for_every_bad_record(landed):
 def check_dispatch_rows_keep_real_line_numbers():
     lines = (FIXTURES / "2026-11-21/dispatch/broker-1.jsonl").read_text().splitlines()
     got = rows(read_table("bronze_dispatch"), "source_file", "line")
-    assert [(r["source_file"], r["line"]) for r in got] == [
-        ("2026-11-21/dispatch/broker-1.jsonl", i + 1) for i in range(len(lines))
-    ]
+    assert [(r["source_file"], r["line"]) for r in got] == [("2026-11-21/dispatch/broker-1.jsonl", i + 1) for i in range(len(lines))]
     for r, text in zip(got, lines):
         record = json.loads(text)
         assert (r["level"], r["msgs"], r["bytes"], r["entries"], r["redelivered_msgs"]) == (
-            record["level"], record["msgs"], record["bytes"], record["entries"], record["redelivered_msgs"]
+            record["level"],
+            record["msgs"],
+            record["bytes"],
+            record["entries"],
+            record["redelivered_msgs"],
         )
         assert r["topic"] == record.get("topic") and r["subscription"] == record.get("subscription")
 
@@ -118,16 +120,15 @@ def check_stats_rows_per_partition_and_subscription():
         envelope = json.loads((FIXTURES / r["source_file"]).read_text())
         part = envelope["stats"]["partitions"][r["topic"]]
         sub = part["subscriptions"]["s1"]
-        assert (r["subscription_type"], r["msg_out_counter"], r["topic_msg_out_counter"]) == (
-            sub["type"], sub["msgOutCounter"], part["msgOutCounter"]
-        )
+        assert (r["subscription_type"], r["msg_out_counter"], r["topic_msg_out_counter"]) == (sub["type"], sub["msgOutCounter"], part["msgOutCounter"])
         assert r["non_contiguous_deleted_messages_ranges_serialized_size"] == sub["nonContiguousDeletedMessagesRangesSerializedSize"]
         assert r["consumers"] == len(sub["consumers"]) and r["publishers"] == len(part["publishers"])
         assert json.loads(r["subscription_json"])["msgBacklog"] == sub["msgBacklog"]
         # PIP-406 counters (Pulsar 4.0+) where the snapshot has them, null where it does not.
-        assert (r["dispatch_throttled_msg_events_by_subscription_limit"],
-                r["dispatch_throttled_bytes_events_by_broker_limit"]) == (
-            sub.get("dispatchThrottledMsgEventsBySubscriptionLimit"), sub.get("dispatchThrottledBytesEventsByBrokerLimit"))
+        assert (r["dispatch_throttled_msg_events_by_subscription_limit"], r["dispatch_throttled_bytes_events_by_broker_limit"]) == (
+            sub.get("dispatchThrottledMsgEventsBySubscriptionLimit"),
+            sub.get("dispatchThrottledBytesEventsByBrokerLimit"),
+        )
     throttled = [r["dispatch_throttled_msg_events_by_subscription_limit"] for r in orders if r["topic"].endswith("-0")]
     assert throttled == [None, 3, 7]
     payments = [r for r in stats if r["topic"] == "persistent://acme/ns1/payments"]
@@ -137,15 +138,10 @@ def check_stats_rows_per_partition_and_subscription():
 
 
 def check_internal_stats_seed_004_cursor():
-    cursor = [
-        r for r in rows(read_table("bronze_internal_stats"), "topic")
-        if r["topic"] == "persistent://acme/ns1/orders-partition-0"
-    ]
+    cursor = [r for r in rows(read_table("bronze_internal_stats"), "topic") if r["topic"] == "persistent://acme/ns1/orders-partition-0"]
     assert len(cursor) == 1
     c = cursor[0]
-    assert (c["cursor"], c["mark_delete_position"], c["individually_deleted_messages"]) == (
-        "s1", "1:2", "[(1:4..1:6], (1:7..1:8]]"
-    )
+    assert (c["cursor"], c["mark_delete_position"], c["individually_deleted_messages"]) == ("s1", "1:2", "[(1:4..1:6], (1:7..1:8]]")
     assert c["total_non_contiguous_deleted_messages_range"] == 2
     assert c["ledger_entries"] == {1: 10, 2: 0} and c["current_ledger_id"] == 2 and c["current_ledger_entries"] == 7
 
@@ -155,14 +151,10 @@ def check_policies_producers_and_metrics():
     assert set(policies) == {1, 2, 3, 4}
     assert policies[2]["dispatch_throttling_rate_in_msg"] == 5 and policies[2]["rate_period_in_second"] == 2
     assert policies[3]["removed"] and policies[3]["namespace"] == "acme/ns1"
-    assert policies[4]["broker_config"] == {
-        "dispatchThrottlingRatePerSubscriptionInMsg": "40", "dispatchThrottlingOnBatchMessageEnabled": "true"
-    }
+    assert policies[4]["broker_config"] == {"dispatchThrottlingRatePerSubscriptionInMsg": "40", "dispatchThrottlingOnBatchMessageEnabled": "true"}
     producers = rows(read_table("bronze_producer_stats"), "line")
     assert [p["num_msgs_sent"] for p in producers] == [12000, 11000]
-    assert producers[0]["partition_send_msgs_rate"] == {
-        "persistent://acme/ns1/orders-partition-0": 120.0, "persistent://acme/ns1/orders-partition-1": 80.0
-    }
+    assert producers[0]["partition_send_msgs_rate"] == {"persistent://acme/ns1/orders-partition-0": 120.0, "persistent://acme/ns1/orders-partition-1": 80.0}
     assert producers[0]["config"]["compressionType"] == "LZ4"
     metrics = {r["line"]: r for r in rows(read_table("bronze_metrics"), "line")}
     assert set(metrics) == {4, 5, 7, 9, 10, 11}
@@ -184,8 +176,7 @@ def test_line_numbers_across_file_blocks(spark, settings):
     """A file split into many Spark blocks still gets its real line numbers."""
     folder = settings.landing / "2026-11-21" / "dispatch"
     folder.mkdir(parents=True)
-    record = {"period_start": "2026-11-21T10:00:00Z", "period_seconds": 1, "level": "broker", "cluster": "c1",
-              "broker": "b:8080", "msgs": 1, "bytes": 1}
+    record = {"period_start": "2026-11-21T10:00:00Z", "period_seconds": 1, "level": "broker", "cluster": "c1", "broker": "b:8080", "msgs": 1, "bytes": 1}
     lines = [json.dumps(record | {"period_start": f"2026-11-21T10:{i // 60:02d}:{i % 60:02d}Z", "msgs": i}) for i in range(3000)]
     lines[1499] = "{broken"
     (folder / "big.jsonl").write_text("\n".join(lines) + "\n")
@@ -211,7 +202,8 @@ def test_every_table_is_read_or_says_why_it_is_kept():
     package = Path(__file__).resolve().parents[1] / "spark" / "brokerlens"
     source = "\n".join(p.read_text() for p in package.rglob("*.py"))
     unread = [
-        name for name, schema in table_schemas().items()
+        name
+        for name, schema in table_schemas().items()
         if not re.search(r'(read_table|bronze|day_rows)\(\s*"%s"' % name, source) and "Kept for" not in schema.description
     ]
     assert unread == []

@@ -125,8 +125,7 @@ def test_every_file_of_the_day_is_landed_or_quarantined_and_the_summary_says_so(
     for r in read_table("quarantine").collect():
         quarantined.setdefault(r["source_file"].removeprefix("2026-11-21/"), set()).add(r["reason"])
     bronze = set()
-    for table in ("bronze_topic_stats", "bronze_internal_stats", "bronze_dispatch", "bronze_producer_stats",
-                  "bronze_policies", "bronze_metrics"):
+    for table in ("bronze_topic_stats", "bronze_internal_stats", "bronze_dispatch", "bronze_producer_stats", "bronze_policies", "bronze_metrics"):
         bronze |= {r[0].removeprefix("2026-11-21/") for r in read_table(table).select("source_file").distinct().collect()}
     assert every_file - bronze - set(quarantined) == set()
     for name, reason in expected.items():
@@ -160,12 +159,13 @@ def test_survey_measures_records_and_leaves_the_days_metadata(tmp_path):
     (day / "dispatch/long.jsonl.gz").write_bytes(gzip.compress(b"{}\n" + b"x" * (2 * mib + 5)))
     (day / "topic-stats/big.json").write_bytes(b"{" + b" " * (2 * mib) + b"}")
     (day / "topic-stats/small.json").write_bytes(b"{}")
-    found = survey(tmp_path / "landing", "2026-11-21", {"dispatch": (".jsonl",), "topic-stats": (".json",)},
-                   whole_file={"topic-stats"}, max_record=2 * mib)
+    found = survey(tmp_path / "landing", "2026-11-21", {"dispatch": (".jsonl",), "topic-stats": (".json",)}, whole_file={"topic-stats"}, max_record=2 * mib)
     assert set(found) == {"dispatch", "topic-stats"}  # the manifest is no kind's file
     assert [p.name for p in found["dispatch"].read] == ["short.jsonl"]
     assert {(n.source_file, n.reason) for n in found["dispatch"].not_read} == {
-        ("2026-11-21/dispatch/long.jsonl", TOO_LARGE), ("2026-11-21/dispatch/long.jsonl.gz", TOO_LARGE)}
+        ("2026-11-21/dispatch/long.jsonl", TOO_LARGE),
+        ("2026-11-21/dispatch/long.jsonl.gz", TOO_LARGE),
+    }
     assert [p.name for p in found["topic-stats"].read] == ["small.json"]
     [big] = found["topic-stats"].not_read
     assert big.reason == TOO_LARGE and big.detail.startswith("the file, one record, has 2 MiB")

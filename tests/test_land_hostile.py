@@ -73,8 +73,7 @@ def java_rss_peak(stop: threading.Event, peak: dict) -> None:
                 argv = status.read_bytes().split(b"\0")
                 if not argv[0].endswith(b"java") or str(os.getpid()).encode() not in _ancestors(status.parent):
                     continue
-                rss = next(int(line.split()[1]) for line in (status.parent / "status").read_text().splitlines()
-                           if line.startswith("VmRSS:"))
+                rss = next(int(line.split()[1]) for line in (status.parent / "status").read_text().splitlines() if line.startswith("VmRSS:"))
             except (OSError, StopIteration, ValueError):
                 continue
             peak["rss_mb"] = max(peak.get("rss_mb", 0), rss // 1024)

@@ -45,10 +45,7 @@ def install(settings) -> Path:
         folder = root / kind
         folder.mkdir(parents=True, exist_ok=True)
         # Pulsar's output goes into the envelope verbatim, as text.
-        envelope = (
-            f'{{"collected_at": "{AT}", "cluster": "standalone", "broker": "standalone:8080", '
-            f'"topic": "{topic}", "stats": {(REAL / name).read_text()}}}'
-        )
+        envelope = f'{{"collected_at": "{AT}", "cluster": "standalone", "broker": "standalone:8080", "topic": "{topic}", "stats": {(REAL / name).read_text()}}}'
         (folder / name).write_text(envelope)
     (root / "metrics").mkdir()
     for name, target in SCRAPES.items():
@@ -69,9 +66,7 @@ def test_real_outputs_land(spark, settings):
 
     # Only the one deliberately bad record (a policy text line that is no config) is quarantined.
     quarantine = rows(read_table("quarantine"), "source_file", "line")
-    assert [(q["source_file"], q["line"], q["reason"]) for q in quarantine] == [
-        ("2020-03-09/policies/variants.jsonl", 5, "wrong-type")
-    ]
+    assert [(q["source_file"], q["line"], q["reason"]) for q in quarantine] == [("2020-03-09/policies/variants.jsonl", 5, "wrong-type")]
     assert "not a config line" in quarantine[0]["detail"]
     assert landed.metrics["quarantined"] == 1
 
@@ -84,9 +79,7 @@ def test_real_outputs_land(spark, settings):
 def check_internal_stats(spark):
     cursors = {(r["topic"], r["cursor"]): r for r in read_table("bronze_internal_stats").collect()}
     old = cursors[("persistent://test-tenant/ns1/tp1", "my-subscription")]
-    assert (old["mark_delete_position"], old["read_position"], old["messages_consumed_counter"]) == (
-        "324711539:3133", "324711539:3233", 20449501
-    )
+    assert (old["mark_delete_position"], old["read_position"], old["messages_consumed_counter"]) == ("324711539:3133", "324711539:3233", 20449501)
     # Pulsar 4.1 after a seek: entry -1 and a negative consumed counter are real values.
     seek = cursors[("persistent://public/default/pt-zgc-partition-1", "test_subscription")]
     assert (seek["mark_delete_position"], seek["read_position"], seek["messages_consumed_counter"]) == ("94:-1", "94:0", -1)
@@ -116,15 +109,11 @@ def check_topic_stats():
     assert (v27["topic_msg_in_counter"], v27["topic_bytes_in_counter"]) == (1040, 120336)
     v41 = subs[("persistent://public/default/pt-zgc-partition-1", "test_subscription")]
     assert (v41["msg_out_counter"], v41["bytes_out_counter"], v41["subscription_type"], v41["msg_backlog"]) == (60, 7560, "Failover", 1)
-    assert (v41["topic_msg_out_counter"], v41["topic_bytes_out_counter"], v41["partitioned_topic"]) == (
-        69, 8694, "persistent://public/default/pt-zgc"
-    )
+    assert (v41["topic_msg_out_counter"], v41["topic_bytes_out_counter"], v41["partitioned_topic"]) == (69, 8694, "persistent://public/default/pt-zgc")
     # partitioned-stats with an empty `partitions` and no `metadata`: one row for the topic;
     # numbers in scientific notation (8.0E2 = 800, 2.4E4 = 24000, 4.0E2 = 400).
     parted = subs[("persistent://public/default/parted", "sub-a")]
-    assert (parted["msg_out_counter"], parted["bytes_out_counter"], parted["msg_backlog"], parted["topic_msg_in_counter"]) == (
-        800, 24000, 400, 1200
-    )
+    assert (parted["msg_out_counter"], parted["bytes_out_counter"], parted["msg_backlog"], parted["topic_msg_in_counter"]) == (800, 24000, 400, 1200)
     assert parted["msg_rate_out"] == 1.0e-4 and parted["subscription_type"] == "Key_Shared" and parted["consumers"] == 1
 
 
@@ -136,9 +125,11 @@ def check_metrics():
     for name, target in SCRAPES.items():
         samples = [line for line in (REAL / name).read_text().splitlines() if line.strip() and not line.startswith("#")]
         assert by_file[f"2020-03-09/metrics/{target}"] == len(samples), name
-    dev1 = metrics.where(
-        (F.col("metric") == "pulsar_subscription_msg_rate_out") & (F.col("labels")["subscription"] == "dev-dev-1-sub-2")
-    ).orderBy("collected_at").collect()
+    dev1 = (
+        metrics.where((F.col("metric") == "pulsar_subscription_msg_rate_out") & (F.col("labels")["subscription"] == "dev-dev-1-sub-2"))
+        .orderBy("collected_at")
+        .collect()
+    )
     first = dev1[0]
     assert (first["value"], first["broker"], first["metric_type"]) == (25.013, "standalone:8080", "gauge")
     # 1583774714170 ms = 2020-03-09T17:25:14.170Z
@@ -147,9 +138,7 @@ def check_metrics():
     rate_out = metrics.where((F.col("metric") == "pulsar_rate_out") & (F.col("source_file").endswith("@2.prom")))
     assert {r["metric_type"] for r in rate_out.collect()} == {"gauge"}
     # A sample without a timestamp takes the file's latest sample time (1583774714171 ms).
-    latency = metrics.where(
-        (F.col("metric") == "pulsar_broker_publish_latency") & F.col("source_file").endswith("@1.prom")
-    ).first()
+    latency = metrics.where((F.col("metric") == "pulsar_broker_publish_latency") & F.col("source_file").endswith("@1.prom")).first()
     assert latency["sample_timestamp"] is None and latency["collected_at"] == datetime(2020, 3, 9, 17, 25, 14, 171000)
     nan = metrics.where(F.col("metric") == "zk_write_latency").first()
     assert nan["value"] != nan["value"]  # NaN
@@ -164,9 +153,7 @@ def check_policies():
     assert policies[2]["broker_config"]["dispatchThrottlingRatePerSubscriptionInMsg"] == "200"
     assert policies[2]["effective_at"] == datetime(2020, 3, 9, 9, 0, 0, 500000)
     # `name value` and `name:value` lines as pulsar-admin prints them.
-    assert policies[3]["broker_config"] == {
-        "dispatchThrottlingRatePerTopicInMsg": "500", "dispatchThrottlingOnBatchMessageEnabled": "true"
-    }
+    assert policies[3]["broker_config"] == {"dispatchThrottlingRatePerTopicInMsg": "500", "dispatchThrottlingOnBatchMessageEnabled": "true"}
     assert policies[3]["effective_at"] == datetime(2020, 3, 9, 9, 1, 0, 123456)  # nanoseconds cut to micros
     assert policies[4]["broker_config"] == {"dispatchThrottlingRateInMsg": "3000", "ratePeriodInSecond": "2"}
     assert policies[4]["effective_at"] == datetime(2020, 3, 9, 9, 2, 0, 120000)  # 2-digit fraction

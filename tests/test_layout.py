@@ -81,7 +81,7 @@ def _circle(graph: dict[str, set[str]]) -> list[str]:
 
     def visit(module: str) -> list[str]:
         if module in path:
-            return path[path.index(module):] + [module]
+            return path[path.index(module) :] + [module]
         if module in done:
             return []
         path.append(module)

@@ -25,27 +25,46 @@ def one_entry_ranges(ledger: int, n: int) -> list[tuple[int, int, int, int]]:
 
 def version_row(broker: str, version: str) -> dict:
     return {
-        "day": DAY, "collected_at": datetime(2026, 11, 21, 1), "cluster": "c1", "broker": broker,
-        "metric": "pulsar_version_info", "metric_type": "gauge", "labels": {"cluster": "c1", "version": version},
-        "value": 1.0, "sample_timestamp": None, "source_file": f"metrics/{broker}.prom", "line": 3,
+        "day": DAY,
+        "collected_at": datetime(2026, 11, 21, 1),
+        "cluster": "c1",
+        "broker": broker,
+        "metric": "pulsar_version_info",
+        "metric_type": "gauge",
+        "labels": {"cluster": "c1", "version": version},
+        "value": 1.0,
+        "sample_timestamp": None,
+        "source_file": f"metrics/{broker}.prom",
+        "line": 3,
         "ingested_at": datetime(2026, 11, 21, 1),
     }
 
 
 def config_row(cluster: str, broker: str | None, config: dict[str, str]) -> dict:
     return {
-        "day": DAY, "effective_at": datetime(2026, 11, 21, 0), "cluster": cluster, "kind": "broker-config",
-        "broker": broker, "namespace": None, "topic": None, "removed": False,
-        "dispatch_throttling_rate_in_msg": None, "dispatch_throttling_rate_in_byte": None,
-        "rate_period_in_second": None, "relative_to_publish_rate": None, "broker_config": config,
-        "policy_json": "{}", "source_file": "policies/p.jsonl", "line": 1, "ingested_at": datetime(2026, 11, 21, 0),
+        "day": DAY,
+        "effective_at": datetime(2026, 11, 21, 0),
+        "cluster": cluster,
+        "kind": "broker-config",
+        "broker": broker,
+        "namespace": None,
+        "topic": None,
+        "removed": False,
+        "dispatch_throttling_rate_in_msg": None,
+        "dispatch_throttling_rate_in_byte": None,
+        "rate_period_in_second": None,
+        "relative_to_publish_rate": None,
+        "broker_config": config,
+        "policy_json": "{}",
+        "source_file": "policies/p.jsonl",
+        "line": 1,
+        "ingested_at": datetime(2026, 11, 21, 0),
     }
 
 
 def append(spark, table: str, rows: list[dict]) -> None:
     schema = table_schema(table)
-    write_table(spark.createDataFrame([tuple(r[c] for c in schema.column_names) for r in rows], schema.struct),
-                table, mode="append")
+    write_table(spark.createDataFrame([tuple(r[c] for c in schema.column_names) for r in rows], schema.struct), table, mode="append")
 
 
 def test_ranges_and_long_array_modes_exposure_size_and_metadata_store(spark, settings):
@@ -62,18 +81,19 @@ def test_ranges_and_long_array_modes_exposure_size_and_metadata_store(spark, set
         snap(t, "[(1:4..1:6]]", sub="old-version", broker="broker-4:8080"),
         # Cluster c2: cap 4, metadata-store cap 3, long-array by cluster-wide broker config.
         snap(t, "[(9:0..9:1], (9:29999999..9:30000000]]", sub="span-30m", cluster="c2"),
-        snap(t, "[(9:0..9:1], (9:30999999..9:31000000], (10:0..10:1], (10:2..10:3], (10:4..10:5]]",
-             sub="span-31m", cluster="c2"),
+        snap(t, "[(9:0..9:1], (9:30999999..9:31000000], (10:0..10:1], (10:2..10:3], (10:4..10:5]]", sub="span-31m", cluster="c2"),
     ]
     write_snapshots(spark, rows, DAY)
-    append(spark, "bronze_metrics", [version_row("broker-2:8080", "4.1.2"), version_row("broker-3:8080", "4.0.7"),
-                                     version_row("broker-4:8080", "4.0.7")])
+    append(spark, "bronze_metrics", [version_row("broker-2:8080", "4.1.2"), version_row("broker-3:8080", "4.0.7"), version_row("broker-4:8080", "4.0.7")])
     flag = "managedLedgerPersistIndividualAckAsLongArray"
-    append(spark, "bronze_policies", [
-        config_row("c1", "broker-3:8080", {flag: "true"}),
-        config_row("c2", None, {flag: "true", "managedLedgerMaxUnackedRangesToPersist": "4",
-                                "managedLedgerMaxUnackedRangesToPersistInMetadataStore": "3"}),
-    ])
+    append(
+        spark,
+        "bronze_policies",
+        [
+            config_row("c1", "broker-3:8080", {flag: "true"}),
+            config_row("c2", None, {flag: "true", "managedLedgerMaxUnackedRangesToPersist": "4", "managedLedgerMaxUnackedRangesToPersistInMetadataStore": "3"}),
+        ],
+    )
 
     build_holes(DAY, settings)
     got = {r["subscription"]: r.asDict() for r in read_table("cursor_ranges").filter(f"day = '{DAY}'").collect()}
@@ -108,15 +128,12 @@ def test_ranges_and_long_array_modes_exposure_size_and_metadata_store(spark, set
     # out and its 3,000 entries are lost on a crash. 2 <= 1,000 ranges: a graceful unload writes
     # both ranges to the metadata store and loses nothing.
     # Ledger 7: 8,000 // 64 + 1 = 126 words -> 1 + 1 + 126 x 11 = 1,388; field 1 + 2 + 1,388 = 1,391.
-    assert pick("long-few-ranges", "persisted_as", "long_array_ledgers", "exposure_entries", "over_cap") == (
-        "long-array", 1, 3_000, 0)
-    assert pick("long-few-ranges", "closes_to_metadata_store", "metadata_store_cap", "serialized_bytes") == (
-        True, 1_000, 1_391)
+    assert pick("long-few-ranges", "persisted_as", "long_array_ledgers", "exposure_entries", "over_cap") == ("long-array", 1, 3_000, 0)
+    assert pick("long-few-ranges", "closes_to_metadata_store", "metadata_store_cap", "serialized_bytes") == (True, 1_000, 1_391)
 
     # Broker config wins over the version (4.0.7 defaults to ranges). Ledger 1: entries 5..8 ->
     # 1 word, key tag 1 + varint(1) 1 + 11 = 13; field 1 + 1 + 13 = 15 bytes.
-    assert pick("config-beats-version", *mode) == (
-        "long-array", "broker-config managedLedgerPersistIndividualAckAsLongArray", "long-array")
+    assert pick("config-beats-version", *mode) == ("long-array", "broker-config managedLedgerPersistIndividualAckAsLongArray", "long-array")
     assert pick("config-beats-version", "exposure_entries", "serialized_bytes") == (0, 15)
     assert pick("old-version", *mode) == ("ranges", "version 4.0.7", "ranges")
 
@@ -126,7 +143,12 @@ def test_ranges_and_long_array_modes_exposure_size_and_metadata_store(spark, set
     # 1 + 1 + 468,751 x 11 = 5,156,263; field 1 + varint 4 + 5,156,263 = 5,156,268 <= the limit.
     # Two acknowledged entries (<= cap 4) in a 30-million-entry span: the size follows the span.
     assert pick("span-30m", "cap", "cap_source", *mode) == (
-        4, "broker-config", "long-array", "broker-config managedLedgerPersistIndividualAckAsLongArray", "long-array")
+        4,
+        "broker-config",
+        "long-array",
+        "broker-config managedLedgerPersistIndividualAckAsLongArray",
+        "long-array",
+    )
     assert pick("span-30m", "serialized_bytes", "exposure_entries", "closes_to_metadata_store") == (5_156_268, 0, True)
     # span-31m: ledger 9 kept (2 entries <= 4), ledger 10 left out (2 + 3 = 5 > 4). Ledger 9: 484,375
     # + 1 = 484,376 words -> 1 + 1 + 484,376 x 11 = 5,328,138; field 1 + 4 + 5,328,138 = 5,328,143
@@ -134,22 +156,20 @@ def test_ranges_and_long_array_modes_exposure_size_and_metadata_store(spark, set
     # the 5th, (10:4..10:5], is 1 entry exposed (long-array, had it fitted, would have lost 3).
     # 5 ranges > the metadata-store cap 3: a close writes the cursor ledger as well.
     assert pick("span-31m", "persisted_as", "long_array_ledgers", "serialized_bytes") == ("metadata-store", 1, 5_328_143)
-    assert pick("span-31m", "over_cap", "exposure_entries", "metadata_store_cap", "closes_to_metadata_store") == (
-        1, 1, 3, False)
+    assert pick("span-31m", "over_cap", "exposure_entries", "metadata_store_cap", "closes_to_metadata_store") == (1, 1, 3, False)
 
     # The alert says the mode: a critical alert under the cap because long-array leaves entries out.
     alerts = {r["subscription"]: r.asDict() for r in read_table("hole_alerts").filter(f"day = '{DAY}'").collect()}
     a = alerts["long-few-ranges"]
-    assert (a["severity"], a["persist_mode"], a["persisted_as"], a["exposure_entries"]) == (
-        "critical", "long-array", "long-array", 3_000)
-    assert a["reason"].startswith("2 ranges at 2026-11-21 03:00 UTC < cap 10,000 (default): 0 ranges over the cap, "
-                                  "3,000 acknowledged entries redelivered on a topic reload "
-                                  "(persisted as long-array, long-array mode from version 4.1.2)")
+    assert (a["severity"], a["persist_mode"], a["persisted_as"], a["exposure_entries"]) == ("critical", "long-array", "long-array", 3_000)
+    assert a["reason"].startswith(
+        "2 ranges at 2026-11-21 03:00 UTC < cap 10,000 (default): 0 ranges over the cap, "
+        "3,000 acknowledged entries redelivered on a topic reload "
+        "(persisted as long-array, long-array mode from version 4.1.2)"
+    )
     assert "config-beats-version" not in alerts and "span-30m" not in alerts
 
     # The settings override wins over config and version.
-    forced = cursor_ranges_frame(read_table("cursor_snapshots").filter(f"day = '{DAY}'"), DAY,
-                                 AlertSettings(persist_mode="ranges"))[0]
+    forced = cursor_ranges_frame(read_table("cursor_snapshots").filter(f"day = '{DAY}'"), DAY, AlertSettings(persist_mode="ranges"))[0]
     f = {r["subscription"]: r for r in forced.collect()}["long-two-ledgers"]
-    assert (f["persist_mode"], f["persist_mode_source"], f["persisted_as"], f["exposure_entries"]) == (
-        "ranges", "settings", "ranges", 2_000)
+    assert (f["persist_mode"], f["persist_mode_source"], f["persisted_as"], f["exposure_entries"]) == ("ranges", "settings", "ranges", 2_000)

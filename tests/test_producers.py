@@ -19,21 +19,37 @@ TOPIC = "persistent://shop/orders/created"
 # A configuration that follows seed 003: 8 partitions, 1,000 pending per partition, batches of
 # half that, across-partitions = 1,000 x 8, 64 MiB of memory for 1,000 x 8 x 1 KB.
 GOOD = dict(
-    partitions=8, batching_enabled=True, batching_max_messages=500, batching_max_bytes=131072,
-    batching_max_publish_delay_micros=1000, batching_partition_switch_frequency=1,
-    max_pending_messages=1000, max_pending_messages_across_partitions=8000,
-    memory_limit_bytes=64 * 1024 * 1024, block_if_queue_full=True, send_timeout_ms=30000,
-    compression_type="LZ4", message_routing_mode="RoundRobinPartition",
+    partitions=8,
+    batching_enabled=True,
+    batching_max_messages=500,
+    batching_max_bytes=131072,
+    batching_max_publish_delay_micros=1000,
+    batching_partition_switch_frequency=1,
+    max_pending_messages=1000,
+    max_pending_messages_across_partitions=8000,
+    memory_limit_bytes=64 * 1024 * 1024,
+    block_if_queue_full=True,
+    send_timeout_ms=30000,
+    compression_type="LZ4",
+    message_routing_mode="RoundRobinPartition",
 )
 
 
 def snapshot(minute=0, producer="app-1", **fields):
     row = {c: None for c in table_schema("producer_snapshots").column_names}
     row.update(
-        day=DAY, snapshot_at=T0 + timedelta(minutes=minute), cluster="c1", topic=TOPIC,
-        producer_name=producer, num_msgs_sent=60000, num_bytes_sent=30_000_000,
-        uncompressed_bytes_sent=60_000_000, num_send_failed=0, num_acks_received=60000,
-        source_file="producer-stats/a.jsonl", **GOOD,
+        day=DAY,
+        snapshot_at=T0 + timedelta(minutes=minute),
+        cluster="c1",
+        topic=TOPIC,
+        producer_name=producer,
+        num_msgs_sent=60000,
+        num_bytes_sent=30_000_000,
+        uncompressed_bytes_sent=60_000_000,
+        num_send_failed=0,
+        num_acks_received=60000,
+        source_file="producer-stats/a.jsonl",
+        **GOOD,
     )
     row.update(fields)
     return row
@@ -58,22 +74,18 @@ def test_good_configurations_have_no_findings(spark):
         snapshot(0),
         snapshot(1, producer="app-2", partitions=0, max_pending_messages_across_partitions=None),
         # SinglePartition does not switch partitions: the switch frequency does not matter.
-        snapshot(2, producer="app-3", message_routing_mode="SinglePartition",
-                 batching_partition_switch_frequency=10),
+        snapshot(2, producer="app-3", message_routing_mode="SinglePartition", batching_partition_switch_frequency=10),
         # Failing fast is fine when nothing failed.
         snapshot(3, producer="app-4", block_if_queue_full=False),
         # Batching off: the batching rules do not apply.
-        snapshot(4, producer="app-5", batching_enabled=False, batching_max_messages=5000,
-                 batching_partition_switch_frequency=10),
+        snapshot(4, producer="app-5", batching_enabled=False, batching_max_messages=5000, batching_partition_switch_frequency=10),
     ]
     assert lint_rows(spark, *rows) == []
 
 
 def test_seed_example_batch_never_fills(spark):
     # Seed 003: maxPendingMessages 500 with batchingMaxMessages 1000 -> a batch never fills by count.
-    found = by_rule(lint_rows(
-        spark, snapshot(max_pending_messages=500, max_pending_messages_across_partitions=4000,
-                        batching_max_messages=1000)))
+    found = by_rule(lint_rows(spark, snapshot(max_pending_messages=500, max_pending_messages_across_partitions=4000, batching_max_messages=1000)))
     rule = found["batch-never-fills-by-count"]
     assert (rule.severity, rule.setting, rule.configured, rule.bound) == ("error", "batchingMaxMessages", "1000", 500)
     assert rule.suggested == str(500 // 2)
@@ -87,14 +99,16 @@ def test_each_rule_with_its_numbers(spark):
         snapshot(producer="memory", memory_limit_bytes=2_000_000),
         snapshot(producer="bytes", batching_max_bytes=2 * 1024 * 1024),
         snapshot(producer="switch", batching_partition_switch_frequency=None),
-        snapshot(producer="fails", block_if_queue_full=False, num_send_failed=7, send_failed_queue_full=5,
-                 send_failed_memory_full=2, send_failed_timeout=0),
+        snapshot(producer="fails", block_if_queue_full=False, num_send_failed=7, send_failed_queue_full=5, send_failed_memory_full=2, send_failed_timeout=0),
     ]
     found = {(r.producer_name, r.rule): r for r in lint_rows(spark, *rows)}
     assert set(found) == {
-        ("half", "batch-above-half-pending"), ("across", "pending-capped-across-partitions"),
-        ("memory", "memory-limit-below-pending"), ("memory", "batch-bytes-above-bound"),
-        ("bytes", "batch-bytes-above-bound"), ("switch", "partition-switch-frequency"),
+        ("half", "batch-above-half-pending"),
+        ("across", "pending-capped-across-partitions"),
+        ("memory", "memory-limit-below-pending"),
+        ("memory", "batch-bytes-above-bound"),
+        ("bytes", "batch-bytes-above-bound"),
+        ("switch", "partition-switch-frequency"),
         ("fails", "queue-full-fails-fast"),
     }
     half = found[("half", "batch-above-half-pending")]
@@ -140,8 +154,7 @@ TEMPLATE_CASES = [(2048, 8, 500), (4096, 8, 1000), (300, 3, 1500), (1000, 1, 300
 
 def test_seed_template(spark):
     rows = [
-        snapshot(producer=str(case), partitions=partitions, max_pending_messages=max_pending,
-                 num_msgs_sent=1000, uncompressed_bytes_sent=1000 * message_bytes)
+        snapshot(producer=str(case), partitions=partitions, max_pending_messages=max_pending, num_msgs_sent=1000, uncompressed_bytes_sent=1000 * message_bytes)
         for case, (message_bytes, partitions, max_pending) in enumerate(TEMPLATE_CASES)
     ]
     snaps = frame(spark, "producer_snapshots", rows).transform(with_config_hash)
@@ -154,14 +167,34 @@ def test_seed_template(spark):
 def test_health_numbers(spark):
     rates = lambda *r: {f"{TOPIC}-partition-{i}": v for i, v in enumerate(r)}  # noqa: E731
     rows = [
-        snapshot(0, partitions=4, num_batches_sent=120, pending_queue_size=3900, send_latency_ms_p50=2.0,
-                 num_acks_received=1000, send_latency_ms_p99=9.0, send_latency_ms_max=30.0,
-                 partition_msg_rates=rates(10.0, 10.0, 20.0, 0.0), num_send_failed=4,
-                 send_failed_queue_full=3, send_failed_memory_full=0, send_failed_timeout=0),
-        snapshot(1, partitions=4, num_batches_sent=None, pending_queue_size=100, send_latency_ms_p50=4.0,
-                 num_acks_received=3000, send_latency_ms_p99=12.0, send_latency_ms_max=25.0,
-                 partition_msg_rates=rates(10.0, 10.0, 20.0), num_send_failed=2,
-                 uncompressed_bytes_sent=None),
+        snapshot(
+            0,
+            partitions=4,
+            num_batches_sent=120,
+            pending_queue_size=3900,
+            send_latency_ms_p50=2.0,
+            num_acks_received=1000,
+            send_latency_ms_p99=9.0,
+            send_latency_ms_max=30.0,
+            partition_msg_rates=rates(10.0, 10.0, 20.0, 0.0),
+            num_send_failed=4,
+            send_failed_queue_full=3,
+            send_failed_memory_full=0,
+            send_failed_timeout=0,
+        ),
+        snapshot(
+            1,
+            partitions=4,
+            num_batches_sent=None,
+            pending_queue_size=100,
+            send_latency_ms_p50=4.0,
+            num_acks_received=3000,
+            send_latency_ms_p99=12.0,
+            send_latency_ms_max=25.0,
+            partition_msg_rates=rates(10.0, 10.0, 20.0),
+            num_send_failed=2,
+            uncompressed_bytes_sent=None,
+        ),
     ]
     snaps = frame(spark, "producer_snapshots", rows).transform(with_config_hash)
     brokers = broker_view(frame(spark, "bronze_topic_stats", []))
@@ -183,9 +216,14 @@ def test_health_numbers(spark):
 def topic_stats_row(minute, partition, publishers):
     row = {c: None for c in table_schema("bronze_topic_stats").column_names}
     row.update(
-        day=DAY, collected_at=T0 + timedelta(minutes=minute), cluster="c1",
-        topic=f"{TOPIC}-partition-{partition}", partitioned_topic=TOPIC,
-        publishers_json=json.dumps(publishers), source_file="topic-stats/x.json", ingested_at=T0,
+        day=DAY,
+        collected_at=T0 + timedelta(minutes=minute),
+        cluster="c1",
+        topic=f"{TOPIC}-partition-{partition}",
+        partitioned_topic=TOPIC,
+        publishers_json=json.dumps(publishers),
+        source_file="topic-stats/x.json",
+        ingested_at=T0,
     )
     return row
 
@@ -198,20 +236,24 @@ def test_build_producers_writes_the_tables(spark, settings):
         PublishRateLimit(scope=TOPIC, bytes="100KB,10s"),
     ]
     rows = [
-        *(snapshot(m, partitions=0, num_msgs_sent=n, num_bytes_sent=n * 500, uncompressed_bytes_sent=n * 1000)
-        for m, n in ((0, 1000), (1, 0), (2, 600))),
+        *(snapshot(m, partitions=0, num_msgs_sent=n, num_bytes_sent=n * 500, uncompressed_bytes_sent=n * 1000) for m, n in ((0, 1000), (1, 0), (2, 600))),
         snapshot(0, producer="bad", max_pending_messages=500, batching_max_messages=1000),
     ]
-    write_table(frame(spark, "producer_snapshots", rows), "producer_snapshots", mode="replace",
-                partitions=[{"day": DAY}])
+    write_table(frame(spark, "producer_snapshots", rows), "producer_snapshots", mode="replace", partitions=[{"day": DAY}])
     stats = [
-        topic_stats_row(m, p, [{"producerName": "app-1", "msgRateIn": 10.0 * (p + 1) + m, "averageMsgSize": 500.0},
-                               {"producerName": "bad", "msgRateIn": 1.0, "averageMsgSize": 100.0}])
-        for m in (0, 1) for p in (0, 1)
+        topic_stats_row(
+            m,
+            p,
+            [
+                {"producerName": "app-1", "msgRateIn": 10.0 * (p + 1) + m, "averageMsgSize": 500.0},
+                {"producerName": "bad", "msgRateIn": 1.0, "averageMsgSize": 100.0},
+            ],
+        )
+        for m in (0, 1)
+        for p in (0, 1)
     ]
     stats.append(dict(stats[0], subscription="s2"))  # the same topic row again, for another subscription
-    write_table(frame(spark, "bronze_topic_stats", stats), "bronze_topic_stats", mode="replace",
-                partitions=[{"day": DAY}])
+    write_table(frame(spark, "bronze_topic_stats", stats), "bronze_topic_stats", mode="replace", partitions=[{"day": DAY}])
 
     for _ in range(2):  # a re-run replaces the day
         result = build_producers(DAY, settings)
@@ -238,13 +280,17 @@ def test_build_producers_writes_the_tables(spark, settings):
 
 # Silver column for each ProducerConfigurationData key the demo writes.
 CONFIG_COLUMNS = {
-    "batchingEnabled": "batching_enabled", "batchingMaxMessages": "batching_max_messages",
-    "batchingMaxBytes": "batching_max_bytes", "batchingMaxPublishDelayMicros": "batching_max_publish_delay_micros",
+    "batchingEnabled": "batching_enabled",
+    "batchingMaxMessages": "batching_max_messages",
+    "batchingMaxBytes": "batching_max_bytes",
+    "batchingMaxPublishDelayMicros": "batching_max_publish_delay_micros",
     "batchingPartitionSwitchFrequencyByPublishDelay": "batching_partition_switch_frequency",
     "maxPendingMessages": "max_pending_messages",
     "maxPendingMessagesAcrossPartitions": "max_pending_messages_across_partitions",
-    "blockIfQueueFull": "block_if_queue_full", "sendTimeoutMs": "send_timeout_ms",
-    "compressionType": "compression_type", "messageRoutingMode": "message_routing_mode",
+    "blockIfQueueFull": "block_if_queue_full",
+    "sendTimeoutMs": "send_timeout_ms",
+    "compressionType": "compression_type",
+    "messageRoutingMode": "message_routing_mode",
 }
 # The demo's names for the problems it plants → the rule that must find each.
 DEMO_ISSUES = {
@@ -264,12 +310,20 @@ def test_demo_producers(spark):
     rows = []
     for p in cluster.producers:
         msgs, failed = 6000, 4 if p.send_failures else 0
-        rows.append(snapshot(
-            producer=p.name, topic=p.topic.name, partitions=p.topic.partitions, memory_limit_bytes=p.memory_limit,
-            num_msgs_sent=msgs, uncompressed_bytes_sent=int(msgs * p.topic.msg_bytes),
-            num_bytes_sent=int(msgs * p.topic.msg_bytes * 0.45), num_send_failed=failed,
-            send_failed_queue_full=failed, **{CONFIG_COLUMNS[k]: v for k, v in p.config.items()},
-        ))
+        rows.append(
+            snapshot(
+                producer=p.name,
+                topic=p.topic.name,
+                partitions=p.topic.partitions,
+                memory_limit_bytes=p.memory_limit,
+                num_msgs_sent=msgs,
+                uncompressed_bytes_sent=int(msgs * p.topic.msg_bytes),
+                num_bytes_sent=int(msgs * p.topic.msg_bytes * 0.45),
+                num_send_failed=failed,
+                send_failed_queue_full=failed,
+                **{CONFIG_COLUMNS[k]: v for k, v in p.config.items()},
+            )
+        )
     found: dict[str, set[str]] = {}
     for r in lint_rows(spark, *rows):
         found.setdefault(r.producer_name, set()).add(r.rule)

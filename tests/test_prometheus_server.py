@@ -34,8 +34,9 @@ def _binaries() -> tuple[str, str]:
         return found
     if os.environ.get("BROKERLENS_SKIP_SERVER_TESTS") == "1":
         pytest.skip("prometheus/promtool not installed (BROKERLENS_SKIP_SERVER_TESTS=1)")
-    pytest.fail("prometheus and promtool are not installed: run infra/install-test-tools.sh as root "
-                "(or set BROKERLENS_SKIP_SERVER_TESTS=1 to skip server tests)")
+    pytest.fail(
+        "prometheus and promtool are not installed: run infra/install-test-tools.sh as root (or set BROKERLENS_SKIP_SERVER_TESTS=1 to skip server tests)"
+    )
 
 
 def _openmetrics() -> str:
@@ -76,16 +77,15 @@ def prometheus(tmp_path):
     data = tmp_path / "tsdb"
     source = tmp_path / "day.om"
     source.write_text(_openmetrics())
-    subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", str(source), str(data)],
-                   check=True, capture_output=True, timeout=300)
+    subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", str(source), str(data)], check=True, capture_output=True, timeout=300)
     config = tmp_path / "prometheus.yml"
     config.write_text("global:\n  scrape_interval: 60s\nscrape_configs: []\n")
     port = _free_port()
     log = (tmp_path / "prometheus.log").open("w")
     proc = subprocess.Popen(
-        [server, f"--config.file={config}", f"--storage.tsdb.path={data}", f"--web.listen-address=127.0.0.1:{port}",
-         "--storage.tsdb.retention.time=100y"],
-        stdout=log, stderr=subprocess.STDOUT,
+        [server, f"--config.file={config}", f"--storage.tsdb.path={data}", f"--web.listen-address=127.0.0.1:{port}", "--storage.tsdb.retention.time=100y"],
+        stdout=log,
+        stderr=subprocess.STDOUT,
     )
     url = f"http://127.0.0.1:{port}"
     try:

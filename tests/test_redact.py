@@ -50,12 +50,10 @@ def everything_written(home: Path) -> str:
 
 
 def test_an_echoed_token_is_nowhere_in_what_collect_printed_or_wrote(echo, brokerlens_home, brokerlens_command):
-    env = {**os.environ, "BROKERLENS_ADMIN_TOKEN": TOKEN, "BROKERLENS_COLLECT__BACKOFF_SECONDS": "0",
-           "BROKERLENS_COLLECT__RETRIES": "2"}
+    env = {**os.environ, "BROKERLENS_ADMIN_TOKEN": TOKEN, "BROKERLENS_COLLECT__BACKOFF_SECONDS": "0", "BROKERLENS_COLLECT__RETRIES": "2"}
 
     def run(*args):
-        return subprocess.run(brokerlens_command(*args, "collect", "--admin-url", echo), env=env,
-                              capture_output=True, text=True, timeout=120)
+        return subprocess.run(brokerlens_command(*args, "collect", "--admin-url", echo), env=env, capture_output=True, text=True, timeout=120)
 
     # One topic's stats echo the token on every attempt: retried, then skipped; the rest lands.
     Echo.echoing = {ECHOED}
@@ -92,8 +90,7 @@ def test_the_secrets_come_from_the_settings_model_and_the_connections(monkeypatc
     assert redact.secret_values(later) == {"prom-pw-7720", "deep-pw-5501"}
     redact.remember(redact.secret_values(later))
     monkeypatch.setenv("AIRFLOW_CONN_SMTP_DEFAULT", "smtp://ops:conn%2Fpw-3388@relay:587")
-    text = ("tok-4411 smtp-pw-9931 prom-pw-7720 deep-pw-5501 conn/pw-3388 conn%2Fpw-3388 "
-            "http://reader:url-pw-6677@prometheus:9090/api")
+    text = "tok-4411 smtp-pw-9931 prom-pw-7720 deep-pw-5501 conn/pw-3388 conn%2Fpw-3388 http://reader:url-pw-6677@prometheus:9090/api"
     masked = redact.redact(text)
     for secret in ("tok-4411", "smtp-pw-9931", "prom-pw-7720", "deep-pw-5501", "conn/pw-3388", "url-pw-6677"):
         assert secret not in masked

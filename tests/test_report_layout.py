@@ -122,8 +122,7 @@ def test_report_and_alert_mail_fit_desktop_and_phone(spark, settings, seeded_day
             # The viewport is as wide as asked (a scrollbar may take a few pixels).
             assert width - 20 <= layout["width"] <= width, layout["width"]
             if layout["scrollWidth"] > layout["width"] or layout["overflowing"]:
-                problems.append(f"{page.name} at {width}px: page {layout['scrollWidth']}px wide in a "
-                                f"{layout['width']}px viewport; {layout['overflowing']}")
+                problems.append(f"{page.name} at {width}px: page {layout['scrollWidth']}px wide in a {layout['width']}px viewport; {layout['overflowing']}")
             if not all(img["width"] > 0 for img in layout["images"]):
                 problems.append(f"{page.name} at {width}px: images not drawn: {layout['images']}")
             if page == report:
@@ -158,8 +157,7 @@ def test_scrape_grain_scopes_are_called_a_lower_bound(spark, settings):
     from brokerlens.deliver.report.dispatch import dispatch_section
 
     # One 60 s scrape interval of S1 against a quota of 10 msg/s prorated to 600: 900 delivered, 300 over.
-    row = dict(period(S1, T0 + timedelta(hours=10), 900, 600, 0), interval_seconds=60.0, grain="scrape",
-               rate_period_seconds=1, source="metrics-counters")
+    row = dict(period(S1, T0 + timedelta(hours=10), 900, 600, 0), interval_seconds=60.0, grain="scrape", rate_period_seconds=1, source="metrics-counters")
     put(spark, "dispatch_periods", [row])
     put(spark, "dispatch_daily", [dict(daily(S1, [row]), grain="scrape")])
     section = dispatch_section(DAY, settings, [])

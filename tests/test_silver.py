@@ -62,34 +62,31 @@ def test_silver_tables(spark, settings):
     seed = [c for c in cursors if c["topic"] == P0 and c["ranges_source"] == "internal-stats"]
     assert len(seed) == 1
     c = seed[0]
-    assert (c["mark_delete_position"], c["individually_deleted_messages"], c["ranges_reported"]) == (
-        "1:2", "[(1:4..1:6], (1:7..1:8]]", 2
-    )
+    assert (c["mark_delete_position"], c["individually_deleted_messages"], c["ranges_reported"]) == ("1:2", "[(1:4..1:6], (1:7..1:8]]", 2)
     # Paired with the topic stats taken 2 s earlier; the current ledger counted by currentLedgerEntries.
     assert (c["subscription_type"], c["serialized_size_reported"], c["namespace"]) == ("Shared", 36, "acme/ns1")
     assert c["ledger_entries"] == {1: 10, 2: 7}
     assert c["snapshot_at"] == at(10, 0).replace(second=2)
     # Topic stats without internal stats stay, with the topic-stats range count.
     payments = [x for x in cursors if x["subscription"] == "audit"]
-    assert [(x["ranges_reported"], x["ranges_source"], x["msg_delayed"]) for x in payments] == [
-        (7, "topic-stats", 4), (9, "topic-stats", 6)
-    ]
+    assert [(x["ranges_reported"], x["ranges_source"], x["msg_delayed"]) for x in payments] == [(7, "topic-stats", 4), (9, "topic-stats", 6)]
     assert len([x for x in cursors if x["topic"] == P0]) == 3  # 10:00 paired, 10:05 and 10:10 alone
 
     producers = rows(read_table("producer_snapshots"), "snapshot_at")
     assert [p["num_msgs_sent"] for p in producers] == [12000, 11000]
     p = producers[0]
-    assert (p["topic"], p["partitions"], p["batching_max_messages"], p["memory_limit_bytes"]) == (
-        "persistent://acme/ns1/orders", 2, 1000, 67108864
-    )
+    assert (p["topic"], p["partitions"], p["batching_max_messages"], p["memory_limit_bytes"]) == ("persistent://acme/ns1/orders", 2, 1000, 67108864)
     assert (p["num_batches_sent"], p["send_failed_queue_full"], p["compression_type"]) == (130, 3, "LZ4")
 
     limits = rows(read_table("rate_limits"), "level", "topic", "valid_from")
+
     def timeline(level, topic=None):
         return [
             (r["valid_from"], r["valid_to"], r["msg_limit"], r["byte_limit"], r["period_seconds"], r["count_entries"], r["msg_source"])
-            for r in limits if r["level"] == level and r["topic"] == topic
+            for r in limits
+            if r["level"] == level and r["topic"] == topic
         ]
+
     end = at(0, day=22)
     # Topic level: namespace policy 10 msg/s, then the topic policy (5 msg, 2048 B per 2 s) from
     # noon; the broker's batch counting switches on at 18:00. Same for every partition.
@@ -108,9 +105,7 @@ def test_silver_tables(spark, settings):
         ]
     broker = [r for r in limits if r["level"] == "broker"]
     # dispatchThrottlingRateInByte = 0 is unlimited (null).
-    assert [(r["broker"], r["msg_limit"], r["byte_limit"]) for r in broker] == [
-        ("broker-1:8080", 100, None), ("broker-1:8080", 100, None)
-    ]
+    assert [(r["broker"], r["msg_limit"], r["byte_limit"]) for r in broker] == [("broker-1:8080", 100, None), ("broker-1:8080", 100, None)]
 
     # Rebuilding the day changes nothing (re-landing is covered by test_land).
     before = {t: rows(read_table(t), *read_table(t).columns) for t in SILVER}
@@ -137,30 +132,31 @@ def scrape_text(topic: str, sub: str, msgs: int, ranges: int, ms: int) -> str:
     label-less sample and samples without timestamps. Bytes are 200 per message."""
     ledger = topic.removeprefix("persistent://").replace("acme/ns1/", "acme/ns1/persistent/")
     common = 'cluster="c1",namespace="acme/ns1"'
-    return "\n".join([
-        "# HELP pulsar_version_info -",
-        "# TYPE pulsar_version_info gauge",
-        f'pulsar_version_info{{cluster="c1",version="3.0.7",commit="3b5fd0a",}} 1.0 {ms}',
-        "# TYPE jvm_memory_bytes_used gauge",
-        'jvm_memory_bytes_used{cluster="c1",area="heap"} 2.5E8',
-        "# TYPE pulsar_out_messages_total gauge",
-        f'pulsar_out_messages_total{{{common},topic="{topic}"}} {msgs}.0 {ms}',
-        f'pulsar_out_messages_total{{{common},topic="{topic}",subscription="{sub}"}} {msgs} {ms}',
-        "# TYPE pulsar_out_bytes_total gauge",
-        f'pulsar_out_bytes_total{{{common},topic="{topic}"}} {msgs * 200}.0 {ms}',
-        "# HELP pulsar_unused_family nothing is reported under this name",
-        "# TYPE pulsar_unused_family gauge",
-        "# TYPE pulsar_broker_publish_latency summary",
-        'pulsar_broker_publish_latency{cluster="c1",quantile="0.99"} NaN',
-        'pulsar_broker_publish_latency_bucket{cluster="c1",le="+Inf"} -Inf',
-        "process_start_time_seconds 1.7E9",
-        # The same family again, for the subscription, without a # TYPE line.
-        f'pulsar_out_bytes_total{{{common},topic="{topic}",subscription="{sub}"}} {msgs * 200} {ms}',
-        "# TYPE brk_ml_cursor_nonContiguousDeletedMessagesRange gauge",
-        f'brk_ml_cursor_nonContiguousDeletedMessagesRange{{cluster="c1",namespace="acme/ns1",'
-        f'ledger_name="{ledger}",cursor_name="{sub}"}} {ranges} {ms}',
-        "",
-    ])
+    return "\n".join(
+        [
+            "# HELP pulsar_version_info -",
+            "# TYPE pulsar_version_info gauge",
+            f'pulsar_version_info{{cluster="c1",version="3.0.7",commit="3b5fd0a",}} 1.0 {ms}',
+            "# TYPE jvm_memory_bytes_used gauge",
+            'jvm_memory_bytes_used{cluster="c1",area="heap"} 2.5E8',
+            "# TYPE pulsar_out_messages_total gauge",
+            f'pulsar_out_messages_total{{{common},topic="{topic}"}} {msgs}.0 {ms}',
+            f'pulsar_out_messages_total{{{common},topic="{topic}",subscription="{sub}"}} {msgs} {ms}',
+            "# TYPE pulsar_out_bytes_total gauge",
+            f'pulsar_out_bytes_total{{{common},topic="{topic}"}} {msgs * 200}.0 {ms}',
+            "# HELP pulsar_unused_family nothing is reported under this name",
+            "# TYPE pulsar_unused_family gauge",
+            "# TYPE pulsar_broker_publish_latency summary",
+            'pulsar_broker_publish_latency{cluster="c1",quantile="0.99"} NaN',
+            'pulsar_broker_publish_latency_bucket{cluster="c1",le="+Inf"} -Inf',
+            "process_start_time_seconds 1.7E9",
+            # The same family again, for the subscription, without a # TYPE line.
+            f'pulsar_out_bytes_total{{{common},topic="{topic}",subscription="{sub}"}} {msgs * 200} {ms}',
+            "# TYPE brk_ml_cursor_nonContiguousDeletedMessagesRange gauge",
+            f'brk_ml_cursor_nonContiguousDeletedMessagesRange{{cluster="c1",namespace="acme/ns1",ledger_name="{ledger}",cursor_name="{sub}"}} {ranges} {ms}',
+            "",
+        ]
+    )
 
 
 def test_a_day_of_plain_scrapes_feeds_dispatch_and_ranges(spark, settings):
@@ -176,8 +172,7 @@ def test_a_day_of_plain_scrapes_feeds_dispatch_and_ranges(spark, settings):
 
     intervals = rows(read_table("dispatch_intervals"), "level", "topic", "subscription", "interval_start")
     assert {(r["grain"], r["source"], r["interval_seconds"]) for r in intervals} == {("scrape", "metrics-counters", 60.0)}
-    got = [(r["level"], r["broker"], r["subscription"], r["interval_start"].minute, r["msgs"], r["bytes"], r["counter_reset"])
-           for r in intervals]
+    got = [(r["level"], r["broker"], r["subscription"], r["interval_start"].minute, r["msgs"], r["bytes"], r["counter_reset"]) for r in intervals]
     assert got == [
         # broker-2's subscription: 5300-5000, 5900-5300, then the reset (40 after 5900: delta = 40).
         ("subscription", "broker-1:8080", "s1", 0, 600, 120000, False),
@@ -196,7 +191,6 @@ def test_a_day_of_plain_scrapes_feeds_dispatch_and_ranges(spark, settings):
     ]
     snapshots = rows(read_table("cursor_snapshots"), "topic", "snapshot_at")
     assert [(s["topic"], s["subscription"], s["broker"], s["ranges_reported"], s["ranges_source"]) for s in snapshots] == [
-        (topic, sub, broker.replace("_", ":"), r, "metrics")
-        for broker, (topic, sub, _, ranges) in SCRAPED.items() for r in ranges
+        (topic, sub, broker.replace("_", ":"), r, "metrics") for broker, (topic, sub, _, ranges) in SCRAPED.items() for r in ranges
     ]
     assert {s["namespace"] for s in snapshots} == {"acme/ns1"}

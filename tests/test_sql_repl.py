@@ -20,29 +20,28 @@ REASONS = ["duplicate", "duplicate", "negative-counter"]
 
 
 def seed_quarantine(spark):
-    rows = [(date(2026, 11, 21), "land", "dispatch", "d.jsonl", i, r, None, "{}", datetime(2026, 11, 21, 1))
-            for i, r in enumerate(REASONS, start=1)]
+    rows = [(date(2026, 11, 21), "land", "dispatch", "d.jsonl", i, r, None, "{}", datetime(2026, 11, 21, 1)) for i, r in enumerate(REASONS, start=1)]
     write_table(spark.createDataFrame(rows, table_schema("quarantine").struct), "quarantine", "append")
 
 
 def test_statements_end_at_semicolons_outside_quotes_and_comments():
-    lines = ["SELECT 1; SELECT ';' AS semi; -- not; a statement\n", "\\d quarantine\n",
-             "SELECT\n", "  2 -- two;\n", ";\n", "SELECT 3"]
-    assert list(split_statements(lines)) == ["SELECT 1", "SELECT ';' AS semi", "\\d quarantine",
-                                             "SELECT\n  2", "SELECT 3"]
+    lines = ["SELECT 1; SELECT ';' AS semi; -- not; a statement\n", "\\d quarantine\n", "SELECT\n", "  2 -- two;\n", ";\n", "SELECT 3"]
+    assert list(split_statements(lines)) == ["SELECT 1", "SELECT ';' AS semi", "\\d quarantine", "SELECT\n  2", "SELECT 3"]
 
 
 def test_piped_queries_print_each_result_until_quit(spark):
     seed_quarantine(spark)
-    script = "\n".join([
-        "SELECT reason, count(*) AS n",
-        "FROM quarantine GROUP BY reason ORDER BY reason;",
-        "\\f csv",
-        "SELECT line FROM quarantine WHERE reason = 'negative-counter';",
-        "\\d quarantine",
-        "\\q",
-        "SELECT 'never run' AS x;",
-    ])
+    script = "\n".join(
+        [
+            "SELECT reason, count(*) AS n",
+            "FROM quarantine GROUP BY reason ORDER BY reason;",
+            "\\f csv",
+            "SELECT line FROM quarantine WHERE reason = 'negative-counter';",
+            "\\d quarantine",
+            "\\q",
+            "SELECT 'never run' AS x;",
+        ]
+    )
     out = CliRunner().invoke(cli.app, ["sql"], input=script)
     assert out.exit_code == 0, out.output
     text = out.stdout
@@ -56,8 +55,7 @@ def test_piped_queries_print_each_result_until_quit(spark):
 
 def test_end_of_input_ends_the_last_statement_and_errors_exit_2(spark):
     seed_quarantine(spark)
-    out = CliRunner().invoke(cli.app, ["sql", "-f", "json"],
-                             input="SELECT * FROM no_such_table;\nSELECT count(*) AS n FROM quarantine")
+    out = CliRunner().invoke(cli.app, ["sql", "-f", "json"], input="SELECT * FROM no_such_table;\nSELECT count(*) AS n FROM quarantine")
     assert out.exit_code == 2
     assert "unknown table no_such_table" in out.stderr
     # The statement after the error still ran; the last one needed no semicolon.

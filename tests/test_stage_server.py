@@ -45,17 +45,22 @@ def server(tmp_path_factory):
     scratch_before = set(Path(tempfile.gettempdir()).glob("brokerlens-warm-up-*"))
     log = home.parent / "server.log"
     with log.open("w") as out:
-        proc = subprocess.Popen([str(Path(sys.executable).with_name("brokerlens")), "serve"], env=env,
-                                stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen([str(Path(sys.executable).with_name("brokerlens")), "serve"], env=env, stdout=out, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 900
     while not address.exists():
         if proc.poll() is not None or time.monotonic() > deadline:
             proc.kill()
             pytest.fail(f"stage server did not start:\n{log.read_text()[-3000:]}")
         time.sleep(1)
-    info = {"proc": proc, "address": address, "home": home, "log": log, "env": env,
-            "warm_up_left": sorted(p.name for p in home.iterdir()),
-            "scratch_left": set(Path(tempfile.gettempdir()).glob("brokerlens-warm-up-*")) - scratch_before}
+    info = {
+        "proc": proc,
+        "address": address,
+        "home": home,
+        "log": log,
+        "env": env,
+        "warm_up_left": sorted(p.name for p in home.iterdir()),
+        "scratch_left": set(Path(tempfile.gettempdir()).glob("brokerlens-warm-up-*")) - scratch_before,
+    }
     yield info
     if proc.poll() is None:
         proc.kill()
@@ -106,8 +111,12 @@ def test_address_file_is_private_and_requests_need_its_token(server):
 def test_a_stage_runs_with_its_output_and_exit_code(server):
     from deltalake import DeltaTable
 
-    demo = subprocess.run([str(Path(sys.executable).with_name("brokerlens")), "--quiet", "demo-data",
-                           "--date", DAY.isoformat(), "--scale", "0.01"], env=server["env"], capture_output=True, text=True)
+    demo = subprocess.run(
+        [str(Path(sys.executable).with_name("brokerlens")), "--quiet", "demo-data", "--date", DAY.isoformat(), "--scale", "0.01"],
+        env=server["env"],
+        capture_output=True,
+        text=True,
+    )
     assert demo.returncode == 0, demo.stderr
     code, lines = remote(server, "land", "--date", DAY.isoformat())
     assert code == 0, lines[-20:]

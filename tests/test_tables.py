@@ -41,9 +41,7 @@ def counts(df):
 
 
 def replace_day(spark, day, n, reason, **kw):
-    return write_table(
-        quarantine_rows(spark, day, n, reason), "quarantine", "replace", [{"day": day, "stage": "land"}], **kw
-    )
+    return write_table(quarantine_rows(spark, day, n, reason), "quarantine", "replace", [{"day": day, "stage": "land"}], **kw)
 
 
 def location(name="quarantine"):
@@ -126,18 +124,14 @@ def test_independent_readers_deltalake_and_duckdb(spark, settings):
     replace_day(spark, D1, 1, "c")
     path = location()
     arrow = RsDeltaTable(path).to_pyarrow_table()
-    assert sorted(zip(arrow["day"].to_pylist(), arrow["reason"].to_pylist())) == [
-        (D1, "c"), (D2, "b"), (D2, "b")
-    ]
+    assert sorted(zip(arrow["day"].to_pylist(), arrow["reason"].to_pylist())) == [(D1, "c"), (D2, "b"), (D2, "b")]
     assert arrow.schema.field("ingested_at").type.tz == "UTC"
     import duckdb_extension_delta
 
     ext = glob.glob(os.path.join(os.path.dirname(duckdb_extension_delta.__file__), "extensions", "*", "delta.duckdb_extension"))[0]
     con = duckdb.connect()
     con.execute(f"LOAD '{ext}'")
-    got = con.execute(
-        f"SELECT day, reason, count(*), min(ingested_at) FROM delta_scan('{path}') GROUP BY ALL ORDER BY ALL"
-    ).fetchall()
+    got = con.execute(f"SELECT day, reason, count(*), min(ingested_at) FROM delta_scan('{path}') GROUP BY ALL ORDER BY ALL").fetchall()
     assert [(d, r, n) for d, r, n, _ in got] == [(D1, "c", 1), (D2, "b", 2)]
     assert got[0][3].astimezone(timezone.utc) == AT
 
@@ -149,8 +143,7 @@ def test_lake_written_by_delta_rs_is_read_and_written(spark, settings):
     old["ingested_at"] = old["ingested_at"].dt.tz_localize("UTC")
     import pyarrow as pa
 
-    write_deltalake(location(), pa.Table.from_pandas(old, schema=to_arrow_schema(schema.struct), preserve_index=False),
-                    partition_by=list(schema.partition_by))
+    write_deltalake(location(), pa.Table.from_pandas(old, schema=to_arrow_schema(schema.struct), preserve_index=False), partition_by=list(schema.partition_by))
     assert counts(read_table("quarantine")) == {(D1, "from-delta-rs"): 3}
     replace_day(spark, D2, 2, "from-spark")
     merged = {(D1, "from-delta-rs"): 3, (D2, "from-spark"): 2}
@@ -163,8 +156,16 @@ def test_merge_updates_inserts_and_deletes_within_the_day(spark, settings):
     schema = tables.table_schema("debt_state")
 
     def state(day, rows):
-        base = {"day": day, "level": "topic", "cluster": "c1", "broker": "b1", "subscription": None,
-                "debt_bytes": 0, "last_period_start": None, "limiter_model": "classic"}
+        base = {
+            "day": day,
+            "level": "topic",
+            "cluster": "c1",
+            "broker": "b1",
+            "subscription": None,
+            "debt_bytes": 0,
+            "last_period_start": None,
+            "limiter_model": "classic",
+        }
         return spark.createDataFrame(
             [tuple({**base, "topic": t, "debt_msgs": msgs}[c] for c in schema.column_names) for t, msgs in rows],
             schema.struct,
@@ -220,8 +221,11 @@ def test_conflicting_commit_is_retried_and_the_last_writer_wins(spark, settings,
     exception and commits last: D1 holds exactly its rows."""
     replace_day(spark, D1, 1, "seed")
     # Each row sleeps 200 ms in its task: the slow writer's job outlasts the fast writer's.
-    slow = quarantine_rows(spark, D1, 10, "slow").repartition(1).withColumn(
-        "raw", F.expr("coalesce(reflect('java.lang.Thread', 'sleep', cast(200 as bigint)), '{}')"))
+    slow = (
+        quarantine_rows(spark, D1, 10, "slow")
+        .repartition(1)
+        .withColumn("raw", F.expr("coalesce(reflect('java.lang.Thread', 'sleep', cast(200 as bigint)), '{}')"))
+    )
     errors = []
 
     def write_slow():
@@ -286,8 +290,11 @@ WRITER = textwrap.dedent(
 def start_writer(home, day, rows, reason, repeat=1, sleep_ms=0):
     return subprocess.Popen(
         [sys.executable, "-c", WRITER, day.isoformat(), str(rows), reason, str(repeat), str(sleep_ms)],
-        env={**os.environ, "BROKERLENS_HOME": str(home)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True, start_new_session=True,  # its own process group: the JVM dies with it
+        env={**os.environ, "BROKERLENS_HOME": str(home)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own process group: the JVM dies with it
     )
 
 
@@ -296,8 +303,11 @@ def test_two_processes_same_day_and_another_day(spark, settings, brokerlens_home
     """Two processes replace D1 at once (the last writer wins, never a mix) while a third
     writes D2 (kept)."""
     replace_day(spark, D1, 1, "seed")
-    procs = [start_writer(brokerlens_home, D1, 5, "a", repeat=2), start_writer(brokerlens_home, D1, 7, "b", repeat=2),
-             start_writer(brokerlens_home, D2, 3, "c", repeat=2)]
+    procs = [
+        start_writer(brokerlens_home, D1, 5, "a", repeat=2),
+        start_writer(brokerlens_home, D1, 7, "b", repeat=2),
+        start_writer(brokerlens_home, D2, 3, "c", repeat=2),
+    ]
     for proc in procs:
         out, err = proc.communicate(timeout=600)
         assert proc.returncode == 0, err[-3000:]

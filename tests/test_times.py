@@ -51,7 +51,7 @@ def test_collect_gives_utc_instants_whatever_the_process_zone(spark, process_zon
     assert row["peak"].at == datetime(2026, 11, 21, 5, tzinfo=timezone.utc) and row["peak"].ranges == 3
     assert first(df)["snapshot_at"] == AT
     assert format_rows(df.columns, [row], "csv").splitlines()[1] == (
-        '2026-11-21T11:40:22.500000Z,9999-12-31T23:59:59Z,2026-11-21T11:40:22,'
+        "2026-11-21T11:40:22.500000Z,9999-12-31T23:59:59Z,2026-11-21T11:40:22,"
         '"[""2026-11-21T00:00:00Z""]","{""reload"": ""2026-11-21T23:30:00Z""}",'
         '"{""at"": ""2026-11-21T05:00:00Z"", ""ranges"": 3}"'
     )
@@ -84,6 +84,11 @@ def test_what_people_read_is_collected_through_times():
     """The modules that print for people (mail, report, sql, validation) collect with times.collect."""
     root = Path(__file__).resolve().parents[1] / "spark" / "brokerlens"
     direct = re.compile(r"\.(collect|first|head|take|tail|toPandas|toLocalIterator)\(")
-    found = [f"{p.relative_to(root)}:{n}" for folder in ("deliver", "quality") for p in sorted((root / folder).rglob("*.py"))
-             for n, line in enumerate(p.read_text().splitlines(), 1) if direct.search(line)]
+    found = [
+        f"{p.relative_to(root)}:{n}"
+        for folder in ("deliver", "quality")
+        for p in sorted((root / folder).rglob("*.py"))
+        for n, line in enumerate(p.read_text().splitlines(), 1)
+        if direct.search(line)
+    ]
     assert not found, f"rows collected without times.collect: {found}"

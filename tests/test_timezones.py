@@ -36,9 +36,20 @@ RUN_COLUMNS = {"ingested_at", "run_at", "sent_at", "outbox_file"}
 
 
 def edge(stamp: str) -> str:
-    return json.dumps({"period_start": stamp, "period_seconds": 1, "level": "topic", "cluster": "c1",
-                       "broker": "broker-1:8080", "topic": EDGE_TOPIC, "msgs": 1, "bytes": 10, "entries": 1,
-                       "redelivered_msgs": 0})
+    return json.dumps(
+        {
+            "period_start": stamp,
+            "period_seconds": 1,
+            "level": "topic",
+            "cluster": "c1",
+            "broker": "broker-1:8080",
+            "topic": EDGE_TOPIC,
+            "msgs": 1,
+            "bytes": 10,
+            "entries": 1,
+            "redelivered_msgs": 0,
+        }
+    )
 
 
 class Inbox:
@@ -68,8 +79,7 @@ def zone_env(zone: str, home: Path, smtp_port: int) -> dict[str, str]:
 def run_in_zone(zone: str, landing: Path, home: Path, smtp_port: int, command) -> None:
     home.mkdir()
     subprocess.run(["cp", "-r", str(landing), str(home / "landing")], check=True)
-    run = subprocess.run(command("run", "--date", DAY.isoformat()), env=zone_env(zone, home, smtp_port),
-                         capture_output=True, text=True, timeout=3600, cwd=home)
+    run = subprocess.run(command("run", "--date", DAY.isoformat()), env=zone_env(zone, home, smtp_port), capture_output=True, text=True, timeout=3600, cwd=home)
     assert run.returncode == 0, f"TZ={zone}\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}"
 
 
@@ -98,9 +108,17 @@ def test_tables_and_mails_are_the_same_in_every_time_zone(tmp_path, settings, br
     prev, nxt = DAY - timedelta(days=1), DAY + timedelta(days=1)
     # The first and the last instant of the day are on the day; a millisecond before or after,
     # not (quarantined as such).
-    (settings.landing / DAY.isoformat() / "dispatch" / "edges.jsonl").write_text("\n".join([
-        edge(f"{DAY}T00:00:00Z"), edge(f"{DAY}T23:59:59.999Z"), edge(f"{prev}T23:59:59.999Z"), edge(f"{nxt}T00:00:00Z"),
-    ]) + "\n")
+    (settings.landing / DAY.isoformat() / "dispatch" / "edges.jsonl").write_text(
+        "\n".join(
+            [
+                edge(f"{DAY}T00:00:00Z"),
+                edge(f"{DAY}T23:59:59.999Z"),
+                edge(f"{prev}T23:59:59.999Z"),
+                edge(f"{nxt}T00:00:00Z"),
+            ]
+        )
+        + "\n"
+    )
 
     def run(zone: str) -> tuple[dict, list]:
         inbox = Inbox()
@@ -132,14 +150,12 @@ def test_tables_and_mails_are_the_same_in_every_time_zone(tmp_path, settings, br
     from deltalake import DeltaTable
 
     lake = tmp_path / first.replace("/", "_") / "lake"
-    edges = [r for r in DeltaTable(str(lake / "bronze_dispatch")).to_pyarrow_table().to_pylist()
-             if r["topic"] == EDGE_TOPIC]
+    edges = [r for r in DeltaTable(str(lake / "bronze_dispatch")).to_pyarrow_table().to_pylist() if r["topic"] == EDGE_TOPIC]
     as_utc = lambda t: t if t.tzinfo else t.replace(tzinfo=timezone.utc)  # noqa: E731
     assert sorted((r["day"], as_utc(r["period_start"])) for r in edges) == [
         (DAY, datetime(2026, 11, 21, tzinfo=timezone.utc)),
         (DAY, datetime(2026, 11, 21, 23, 59, 59, 999000, tzinfo=timezone.utc)),
     ]
-    quarantined = [r for r in DeltaTable(str(lake / "quarantine")).to_pyarrow_table().to_pylist()
-                   if r["source_file"] == f"{DAY}/dispatch/edges.jsonl"]
+    quarantined = [r for r in DeltaTable(str(lake / "quarantine")).to_pyarrow_table().to_pylist() if r["source_file"] == f"{DAY}/dispatch/edges.jsonl"]
     assert sorted(r["line"] for r in quarantined) == [3, 4]
     assert {r["reason"] for r in quarantined} == {"outside-day"}, quarantined

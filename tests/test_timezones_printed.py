@@ -28,8 +28,9 @@ from brokerlens.pipeline import DAILY_STEPS, run_stage
 
 pytestmark = pytest.mark.slow
 
-SNAPSHOTS = ("SELECT topic, subscription, snapshot_at, forecast_cap_at FROM cursor_ranges "
-             "ORDER BY forecast_cap_at NULLS LAST, snapshot_at, topic, subscription LIMIT 12")
+SNAPSHOTS = (
+    "SELECT topic, subscription, snapshot_at, forecast_cap_at FROM cursor_ranges ORDER BY forecast_cap_at NULLS LAST, snapshot_at, topic, subscription LIMIT 12"
+)
 # The interactive mode, switching formats: nested timestamps (an array, a struct) and the alerts'.
 CONSOLE = (
     "\\f json\n"
@@ -73,8 +74,14 @@ def read_in_zone(zone: str, built: Path, home: Path) -> dict[str, object]:
     controller = Controller(inbox, hostname="127.0.0.1", port=free_port())
     controller.start()
     try:
-        run = subprocess.run([sys.executable, "-c", DRIVER, json.dumps(COMMANDS)], env=zone_env(zone, home, controller.port),
-                             capture_output=True, text=True, timeout=1800, cwd=home)
+        run = subprocess.run(
+            [sys.executable, "-c", DRIVER, json.dumps(COMMANDS)],
+            env=zone_env(zone, home, controller.port),
+            capture_output=True,
+            text=True,
+            timeout=1800,
+            cwd=home,
+        )
     finally:
         controller.stop()
     assert run.returncode == 0, f"TZ={zone}\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}"
@@ -93,16 +100,14 @@ def test_every_output_prints_the_utc_instants_in_every_zone(tmp_path, spark, set
 
     zones = ("UTC", *ZONES)
     with ThreadPoolExecutor(len(zones)) as pool:
-        outputs = dict(zip(zones, pool.map(
-            lambda z: read_in_zone(z, brokerlens_home, tmp_path / z.replace("/", "_")), zones)))
+        outputs = dict(zip(zones, pool.map(lambda z: read_in_zone(z, brokerlens_home, tmp_path / z.replace("/", "_")), zones)))
 
     utc = outputs["UTC"]
     snapshots = json.loads(utc["sql json"])
     stamp = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$")
     assert len(snapshots) == 12 and all(stamp.match(r["snapshot_at"]) for r in snapshots), snapshots
     # What Spark holds, written by Spark itself in this process's UTC session.
-    _, held = run_sql(SNAPSHOTS.replace("snapshot_at, forecast_cap_at FROM",
-                                        "date_format(snapshot_at, \"yyyy-MM-dd'T'HH:mm:ss'Z'\") AS t FROM"))
+    _, held = run_sql(SNAPSHOTS.replace("snapshot_at, forecast_cap_at FROM", "date_format(snapshot_at, \"yyyy-MM-dd'T'HH:mm:ss'Z'\") AS t FROM"))
     assert [r["snapshot_at"] for r in snapshots] == [r["t"] for r in held]
     assert stamp.match(snapshots[0]["forecast_cap_at"]), snapshots[0]
     assert snapshots[0]["snapshot_at"] in utc["sql table"] and snapshots[0]["snapshot_at"] in utc["sql csv"]

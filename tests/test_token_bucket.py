@@ -30,8 +30,7 @@ def test_seed_001_message_limit():
 
 @pytest.mark.parametrize(
     "text, rate, burst",
-    [("1MB,1m", 1024 * 1024 / 60, 1024 * 1024), ("1000", 1000, 1000), ("5 kb, 2 s", 2560, 5120),
-     ("300,500ms", 600, 300), ("10,1h", 10 / 3600, 10)],
+    [("1MB,1m", 1024 * 1024 / 60, 1024 * 1024), ("1000", 1000, 1000), ("5 kb, 2 s", 2560, 5120), ("300,500ms", 600, 300), ("10,1h", 10 / 3600, 10)],
 )
 def test_parse_forms(text, rate, burst):
     bucket = parse_limit(text)
@@ -88,9 +87,7 @@ series = st.tuples(
 @given(st.lists(series, min_size=40, max_size=40))
 def test_matches_sequential_reference(spark, examples):
     # All examples in one Spark job: one series per example.
-    rows = [
-        (i, s, a, r, b) for i, ((r, b), amounts) in enumerate(examples) for s, a in amounts.items()
-    ]
+    rows = [(i, s, a, r, b) for i, ((r, b), amounts) in enumerate(examples) for s, a in amounts.items()]
     got = simulate(spark, rows)
     for i, ((r, b), amounts) in enumerate(examples):
         for s, (tokens, queue, sent) in reference(amounts, r, b).items():

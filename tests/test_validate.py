@@ -30,7 +30,11 @@ def test_validate_passes_then_fails_on_a_critical_expectation(spark, settings, t
     folder = tmp_path / "expectations"
     folder.mkdir()
     monkeypatch.setenv("BROKERLENS_EXPECTATIONS_DIR", str(folder))
-    level = {"type": "expect_column_values_to_be_in_set", "kwargs": {"column": "level", "value_set": ["broker", "topic", "subscription"]}, "meta": {"severity": "critical"}}
+    level = {
+        "type": "expect_column_values_to_be_in_set",
+        "kwargs": {"column": "level", "value_set": ["broker", "topic", "subscription"]},
+        "meta": {"severity": "critical"},
+    }
     # A warning that fails does not fail the command.
     small = {"type": "expect_column_values_to_be_between", "kwargs": {"column": "msgs", "max_value": 20}, "meta": {"severity": "warning"}}
     suite(folder / "bronze_dispatch.json", [level, small])
@@ -48,9 +52,7 @@ def test_validate_passes_then_fails_on_a_critical_expectation(spark, settings, t
 
     history = read_table("validation_results").collect()
     assert len({r["run_at"] for r in history}) >= 1 and len(history) == 4
-    assert sorted((r["severity"], r["success"]) for r in history if r["column_name"] == "msgs") == [
-        ("critical", False), ("warning", False)
-    ]
+    assert sorted((r["severity"], r["success"]) for r in history if r["column_name"] == "msgs") == [("critical", False), ("warning", False)]
     assert len(list((settings.reports / "validation" / "2026-11-21").glob("*.json"))) >= 1
 
 
@@ -82,8 +84,12 @@ def test_bronze_layer_row_counts_warn_on_an_empty_day_and_fail_when_files_landed
     # The other kinds had files but their tables were never landed: critical; metrics had none:
     # a warning, logged.
     assert out.exit_code == 1
-    for table, kind in [("bronze_internal_stats", "internal-stats"), ("bronze_policies", "policies"),
-                        ("bronze_producer_stats", "producer-stats"), ("bronze_topic_stats", "topic-stats")]:
+    for table, kind in [
+        ("bronze_internal_stats", "internal-stats"),
+        ("bronze_policies", "policies"),
+        ("bronze_producer_stats", "producer-stats"),
+        ("bronze_topic_stats", "topic-stats"),
+    ]:
         assert f"{table} has no rows for 2026-11-21 although {kind} files landed for it" in out.output
     assert "4 critical expectation(s) failed" in out.output
     assert "WARNING brokerlens.quality.validate: warning: bronze_metrics has no rows for 2026-11-21 (nothing landed for it)" in out.stderr
@@ -94,8 +100,8 @@ def test_bronze_layer_row_counts_warn_on_an_empty_day_and_fail_when_files_landed
     assert {r["table_name"] for r in results} == bronze
     counts = {r["table_name"]: r["rows"] for r in results}
     assert counts == {t: landed if t == "bronze_dispatch" else 0 for t in bronze}
-    row_count = {r["table_name"]: (r["severity"], r["success"]) for r in results
-                 if r["expectation"] == "expect_table_row_count_to_be_between"}
+    row_count = {r["table_name"]: (r["severity"], r["success"]) for r in results if r["expectation"] == "expect_table_row_count_to_be_between"}
     # Critical wherever files landed (dispatch among them, which has rows), a warning for metrics.
-    assert row_count == {t: ("critical", True) if t == "bronze_dispatch" else
-                         ("warning", False) if t == "bronze_metrics" else ("critical", False) for t in bronze}
+    assert row_count == {
+        t: ("critical", True) if t == "bronze_dispatch" else ("warning", False) if t == "bronze_metrics" else ("critical", False) for t in bronze
+    }

@@ -60,8 +60,7 @@ def test_the_wheel_runs_a_day_without_the_checkout(tmp_path):
 
     lake = work / "home" / "lake"
     # Every bronze, silver and gold table committed a version for the day.
-    for table in ("bronze_dispatch", "quarantine", "dispatch_intervals", "cursor_snapshots", "dispatch_periods",
-                  "cursor_ranges", "producer_health"):
+    for table in ("bronze_dispatch", "quarantine", "dispatch_intervals", "cursor_snapshots", "dispatch_periods", "cursor_ranges", "producer_health"):
         assert list((lake / table / "_delta_log").glob("*.json")), f"{table} has no Delta commit"
     # Deliberately bad records of the day were quarantined by land (each kind and reason counted).
     quarantined = sum(int(n) for n in re.findall(r"^\s*quarantined [\w-]+: [\w-]+ (\d+)$", landed, flags=re.M))

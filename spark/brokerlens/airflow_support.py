@@ -71,11 +71,7 @@ def table_asset(table: str) -> Asset:
 
 
 def stage_tables(stage: str) -> list[str]:
-    return sorted(
-        name
-        for name, schema in table_schemas().items()
-        if stage in _TABLE_STAGES.get(name, _LAYER_STAGES.get(schema.layer, ()))
-    )
+    return sorted(name for name, schema in table_schemas().items() if stage in _TABLE_STAGES.get(name, _LAYER_STAGES.get(schema.layer, ())))
 
 
 def stage_assets(stage: str) -> list[Asset]:
@@ -230,7 +226,7 @@ def _error_summary(tail: Iterable[str]) -> str:
     """From the CLI's ``error:`` line on (its readable summary), else the last lines of output."""
     lines = list(tail)
     starts = [i for i, line in enumerate(lines) if line.startswith("error:")]
-    return "\n".join(lines[starts[-1]:] if starts else lines[-20:])
+    return "\n".join(lines[starts[-1] :] if starts else lines[-20:])
 
 
 def default_args() -> dict[str, Any]:

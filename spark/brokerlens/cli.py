@@ -33,9 +33,7 @@ _log_to_file = False
 _log_path = None
 _verbose = False
 
-DayOption = Annotated[
-    datetime, typer.Option("--date", "-d", formats=["%Y-%m-%d"], help="Day to process (UTC), YYYY-MM-DD.")
-]
+DayOption = Annotated[datetime, typer.Option("--date", "-d", formats=["%Y-%m-%d"], help="Day to process (UTC), YYYY-MM-DD.")]
 
 
 class ValidateLayer(str, Enum):
@@ -168,7 +166,9 @@ def run(day: DayOption) -> None:
 
 @app.command()
 def sql(
-    query: Annotated[str | None, typer.Argument(help="A Spark SQL query over the tables by name; without one, read queries ended by ; from stdin (\\q quits).")] = None,
+    query: Annotated[
+        str | None, typer.Argument(help="A Spark SQL query over the tables by name; without one, read queries ended by ; from stdin (\\q quits).")
+    ] = None,
     fmt: Annotated[Format, typer.Option("--format", "-f", help="Output format.")] = Format.table,
 ) -> None:
     """Ad-hoc Spark SQL over every table by name (stdout holds only the result)."""
@@ -224,9 +224,13 @@ def docs(
 
 @app.command()
 def serve(
-    address_file: Annotated[Path | None, typer.Option(help="Where to write the server's address and token (mode 0600; default $BROKERLENS_HOME/run/stage-server.json).")] = None,
+    address_file: Annotated[
+        Path | None, typer.Option(help="Where to write the server's address and token (mode 0600; default $BROKERLENS_HOME/run/stage-server.json).")
+    ] = None,
     port: Annotated[int, typer.Option(help="Port on 127.0.0.1 (default: a free one, named in the address file).")] = 0,
-    warm_up: Annotated[bool, typer.Option(help="First run the daily stages on a small generated day in a scratch folder, so that the first real day runs on a warm JVM.")] = True,
+    warm_up: Annotated[
+        bool, typer.Option(help="First run the daily stages on a small generated day in a scratch folder, so that the first real day runs on a warm JVM.")
+    ] = True,
 ) -> None:
     """Run the daily stages for Airflow's tasks in one long-running Spark application (the DAG's
     tasks use it when BROKERLENS_STAGE_SERVER names its address file); stops on SIGTERM."""

@@ -310,8 +310,13 @@ def serve(command: Command, address_file: Path | None = None, port: int = 0, war
     return server.serve_forever()
 
 
-def run_remote(address_file: Path, argv: list[str], environ: dict[str, str], on_line: Callable[[str], None],
-               keep: Callable[[http.client.HTTPConnection], None] = lambda _: None) -> int:
+def run_remote(
+    address_file: Path,
+    argv: list[str],
+    environ: dict[str, str],
+    on_line: Callable[[str], None],
+    keep: Callable[[http.client.HTTPConnection], None] = lambda _: None,
+) -> int:
     """Run ``brokerlens <argv>`` on the stage server of ``address_file``: each line it prints to
     ``on_line``, then its exit code. ``keep`` gets the connection (closing it cancels the stage)."""
     try:

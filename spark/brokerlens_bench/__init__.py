@@ -30,7 +30,19 @@ from .run import failed_sections, run, targets
 from .stages import duckdb_dispatch, spark_dispatch
 
 __all__ = [
-    "CLUSTER", "VARIANTS", "Topology", "duckdb_dispatch", "failed_sections", "generate_day", "markdown",
-    "project_day", "run", "spark_applications", "spark_dispatch", "targets", "task_fixed_cost", "write_input",
+    "CLUSTER",
+    "VARIANTS",
+    "Topology",
+    "duckdb_dispatch",
+    "failed_sections",
+    "generate_day",
+    "markdown",
+    "project_day",
+    "run",
+    "spark_applications",
+    "spark_dispatch",
+    "targets",
+    "task_fixed_cost",
+    "write_input",
     "write_page",
 ]

@@ -20,21 +20,29 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m brokerlens_bench", description=brokerlens_bench.__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=None, help="results file (default $BROKERLENS_HOME/bench/results.json)")
-    parser.add_argument("--sizes", default=",".join(map(str, DEFAULT_SIZES)),
-                        help="topic partitions per size, comma-separated (scopes = 4 x partitions + brokers)")
-    parser.add_argument("--days-partitions", type=int, default=DEFAULT_SIZES[1],
-                        help="size of the 3 consecutive days built through the table layer (0: skip)")
+    parser.add_argument(
+        "--sizes", default=",".join(map(str, DEFAULT_SIZES)), help="topic partitions per size, comma-separated (scopes = 4 x partitions + brokers)"
+    )
+    parser.add_argument("--days-partitions", type=int, default=DEFAULT_SIZES[1], help="size of the 3 consecutive days built through the table layer (0: skip)")
     parser.add_argument("--land-scales", default="1,10", help="demo-data scales for the landing stage, with its floor ('' to skip)")
-    parser.add_argument("--variant-sizes", default=str(DEFAULT_SIZES[1]),
-                        help="sizes (partitions) at which the dispatch_periods setting variants also run ('' to skip)")
-    parser.add_argument("--demo-day-scale", type=float, default=1.0,
-                        help="demo-data scale of the day run through every stage (0: skip)")
-    parser.add_argument("--no-dag", dest="dag", action="store_false",
-                        help="skip the demo day through the daily DAG (infra/stack.sh run-day, on the stage server and with a spark-submit per task)")
-    parser.add_argument("--large-partitions", type=int, default=LARGE_PARTITIONS,
-                        help="topic partitions of the large day (x 3 subscriptions, 10 brokers; 0: skip)")
-    parser.add_argument("--large-minutes", default=",".join(map(str, LARGE_MINUTES)),
-                        help="windows of the large day from 00:00, minutes, comma-separated; each is landed and built")
+    parser.add_argument(
+        "--variant-sizes", default=str(DEFAULT_SIZES[1]), help="sizes (partitions) at which the dispatch_periods setting variants also run ('' to skip)"
+    )
+    parser.add_argument("--demo-day-scale", type=float, default=1.0, help="demo-data scale of the day run through every stage (0: skip)")
+    parser.add_argument(
+        "--no-dag",
+        dest="dag",
+        action="store_false",
+        help="skip the demo day through the daily DAG (infra/stack.sh run-day, on the stage server and with a spark-submit per task)",
+    )
+    parser.add_argument(
+        "--large-partitions", type=int, default=LARGE_PARTITIONS, help="topic partitions of the large day (x 3 subscriptions, 10 brokers; 0: skip)"
+    )
+    parser.add_argument(
+        "--large-minutes",
+        default=",".join(map(str, LARGE_MINUTES)),
+        help="windows of the large day from 00:00, minutes, comma-separated; each is landed and built",
+    )
     parser.add_argument("--latest", type=Path, default=None, help="also copy the results here (e.g. infra/bench/latest.json)")
     parser.add_argument("--page", type=Path, default=None, help="rewrite the figures of this page from the results (docs/benchmarks.md)")
     args = parser.parse_args(argv)

@@ -78,9 +78,7 @@ def bench_dag(work: Path, day: date, stage_server: bool = True) -> dict:
         "BROKERLENS_HOME": str(home),
         "BROKERLENS_SMTP__PORT": str(_free_port()),
         "PYTHONUNBUFFERED": "1",  # step lines as they happen: their arrival times are measured
-        "BROKERLENS_SPARK__CONF": json.dumps(
-            {"spark.eventLog.enabled": "true", "spark.eventLog.dir": events.as_uri(), "spark.eventLog.compress": "false"}
-        ),
+        "BROKERLENS_SPARK__CONF": json.dumps({"spark.eventLog.enabled": "true", "spark.eventLog.dir": events.as_uri(), "spark.eventLog.compress": "false"}),
     }
     env.pop("BROKERLENS_STAGE_SERVER", None)  # stack.sh's own server, in this home
     if not stage_server:
@@ -91,7 +89,11 @@ def bench_dag(work: Path, day: date, stage_server: bool = True) -> dict:
     server_seconds = None
     with subprocess.Popen(
         [str(REPO / "infra" / "stack.sh"), "run-day", day.isoformat(), "--demo-data"],
-        env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env=env,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     ) as proc:
         for line in proc.stdout:
             now, line = time.time(), line.rstrip()
@@ -109,8 +111,11 @@ def bench_dag(work: Path, day: date, stage_server: bool = True) -> dict:
         raise RuntimeError(f"run-day exited {proc.returncode}: " + " | ".join(output[-5:]))
     apps = spark_applications(events)
     stages = {
-        task: {"state": t.get("state"), "seconds": round(t.get("end", t["start"]) - t["start"], 1),
-               **task_fixed_cost(t["start"], t.get("end", started + wall), apps)}
+        task: {
+            "state": t.get("state"),
+            "seconds": round(t.get("end", t["start"]) - t["start"], 1),
+            **task_fixed_cost(t["start"], t.get("end", started + wall), apps),
+        }
         for task, t in tasks.items()
     }
     shutil.rmtree(home, ignore_errors=True)

@@ -60,9 +60,7 @@ def _const(value: str, n: int) -> pa.Array:
     return _strings([value], np.zeros(n, np.int32))
 
 
-def generate_day(
-    day: date, partitions: int, seed: int = 0, periods: int = PERIODS_PER_DAY
-) -> tuple[pa.Table, pa.Table]:
+def generate_day(day: date, partitions: int, seed: int = 0, periods: int = PERIODS_PER_DAY) -> tuple[pa.Table, pa.Table]:
     """One day of silver ``dispatch_intervals`` (period grain) and ``rate_limits``.
 
     Subscriptions deliver below their quota most of the time, with gaps (idle seconds and
@@ -170,12 +168,10 @@ def _limits(day, topo, q_sub, q_sub_after, change_at, part_size, rng) -> pa.Tabl
     day_us = _day_start_us(day)
     end_us = day_us + PERIODS_PER_DAY * 1_000_000
     byte_limited = rng.random(topo.partitions) < 1 / 3
-    rows: dict[str, list] = {k: [] for k in (
-        "level", "broker", "topic", "valid_from", "valid_to", "msg_limit", "byte_limit", "msg_source", "byte_source")}
+    rows: dict[str, list] = {k: [] for k in ("level", "broker", "topic", "valid_from", "valid_to", "msg_limit", "byte_limit", "msg_source", "byte_source")}
 
     def add(level, broker, topic, start, end, msg_limit, byte_limit, source):
-        for key, value in zip(rows, (level, broker, topic, start, end, msg_limit, byte_limit, source,
-                                     source if byte_limit is not None else "default")):
+        for key, value in zip(rows, (level, broker, topic, start, end, msg_limit, byte_limit, source, source if byte_limit is not None else "default")):
             rows[key].append(value)
 
     for p in range(topo.partitions):
@@ -214,9 +210,7 @@ def _limits(day, topo, q_sub, q_sub_after, change_at, part_size, rng) -> pa.Tabl
     )
 
 
-def write_input(
-    folder: Path, day: date, partitions: int, files: int = 4, periods: int = PERIODS_PER_DAY
-) -> dict[str, list[str]]:
+def write_input(folder: Path, day: date, partitions: int, files: int = 4, periods: int = PERIODS_PER_DAY) -> dict[str, list[str]]:
     """The generated day as Parquet: intervals split by scope into ``files`` files, and limits."""
     intervals, limits = generate_day(day, partitions, periods=periods)
     folder.mkdir(parents=True, exist_ok=True)

@@ -117,14 +117,10 @@ def bench_sizes(
         # The same two without writing: how much of each is computing, how much writing
         # (dispatch_periods writes 36 columns, the plain pass the input's 15).
         stages["plain_pass[no write]"] = bench.measure(lambda: plain_pass(spark, inputs, None, shuffle), rows=input_rows)
-        stages["dispatch_periods[no write]"] = bench.measure(
-            lambda: spark_dispatch(spark, inputs, opening, None), rows=input_rows
-        )
+        stages["dispatch_periods[no write]"] = bench.measure(lambda: spark_dispatch(spark, inputs, opening, None), rows=input_rows)
         if partitions in variant_sizes:
             for name, conf in VARIANTS.items():
-                stages[name] = bench.measure(
-                    lambda: with_conf(spark, conf, lambda: spark_dispatch(spark, inputs, opening, work / "out-variant"))
-                )
+                stages[name] = bench.measure(lambda: with_conf(spark, conf, lambda: spark_dispatch(spark, inputs, opening, work / "out-variant")))
         plan = plan_summary(dispatch_frame(spark, inputs, opening))
         entry = {
             "partitions": partitions,
@@ -136,11 +132,8 @@ def bench_sizes(
             "ratios": {
                 "dispatch_periods/plain_pass": ratio(stages["dispatch_periods"], stages["plain_pass"]),
                 "dispatch_periods/duckdb": ratio(stages["dispatch_periods"], stages["duckdb"]),
-                "dispatch_periods[no write]/plain_pass[no write]": ratio(
-                    stages["dispatch_periods[no write]"], stages["plain_pass[no write]"]
-                ),
-                **{f"{name}/dispatch_periods": ratio(stages[name], stages["dispatch_periods"])
-                   for name in VARIANTS if name in stages},
+                "dispatch_periods[no write]/plain_pass[no write]": ratio(stages["dispatch_periods[no write]"], stages["plain_pass[no write]"]),
+                **{f"{name}/dispatch_periods": ratio(stages[name], stages["dispatch_periods"]) for name in VARIANTS if name in stages},
             },
             "variant_conf": {name: VARIANTS[name] for name in VARIANTS if name in stages},
             "dispatch_plan": plan,
@@ -152,9 +145,7 @@ def bench_sizes(
     return out
 
 
-def bench_days(
-    bench: Bench, work: Path, partitions: int, first: date, days: int = 3, periods: int = PERIODS_PER_DAY
-) -> dict:
+def bench_days(bench: Bench, work: Path, partitions: int, first: date, days: int = 3, periods: int = PERIODS_PER_DAY) -> dict:
     """Build consecutive days through the real table layer: day N+1 reads day N's closing debt
     from ``debt_state``; its time must not grow with the days already in the lake."""
     from brokerlens.gold.dispatch.build import build_dispatch
@@ -231,9 +222,7 @@ def bench_landing(bench: Bench, work: Path, scales: tuple[float, ...], day: date
         entry = {"scale": scale, "demo_seconds": round(generated, 2), **bench.measure(land)}
         entry["floor"] = floor
         entry["land/floor"] = ratio(entry, floor)
-        entry["landing_files_mb"] = round(
-            sum(p.stat().st_size for p in (settings.landing / day.isoformat()).rglob("*") if p.is_file()) / 2**20, 1
-        )
+        entry["landing_files_mb"] = round(sum(p.stat().st_size for p in (settings.landing / day.isoformat()).rglob("*") if p.is_file()) / 2**20, 1)
         entry["land_metrics"] = {k: v for k, v in landed.items() if isinstance(v, (int, float))}
         entry["demo_metrics"] = {k: v for k, v in demo.metrics.items() if isinstance(v, (int, float))}
         out.append(entry)

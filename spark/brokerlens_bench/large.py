@@ -40,9 +40,15 @@ def bench_large_day(bench: Bench, work: Path, partitions: int, windows: tuple[in
         "windows": out,
         "projection": project_day(out, partitions, bench.cores, MINUTES),
         # Driver memory against rows: the bronze rows and the peaks of each window, in order.
-        "memory_by_rows": [{"bronze_rows": w["stages"]["land"]["rows_out"], "jvm_rss_mb": w["peak_jvm_rss_mb"],
-                            "jvm_heap_peak_mb": w["peak_jvm_heap_peak_mb"],
-                            "python_driver_rss_mb": w["peak_python_driver_rss_mb"]} for w in out],
+        "memory_by_rows": [
+            {
+                "bronze_rows": w["stages"]["land"]["rows_out"],
+                "jvm_rss_mb": w["peak_jvm_rss_mb"],
+                "jvm_heap_peak_mb": w["peak_jvm_heap_peak_mb"],
+                "python_driver_rss_mb": w["peak_python_driver_rss_mb"],
+            }
+            for w in out
+        ],
     }
 
 
@@ -56,8 +62,13 @@ def large_window(bench: Bench, settings, partitions: int, minutes: int, day: dat
     log.info("large day: %s partitions, first %s minutes: generating", partitions, minutes)
     started = time.perf_counter()
     landing = write_large_day(settings.landing, day, partitions, minutes)
-    entry = {"minutes": minutes, "generate_seconds": round(time.perf_counter() - started, 2), "landing": landing,
-             "landing_mb": round(sum(k["bytes"] for k in landing.values()) / 2**20, 1), "stages": {}}
+    entry = {
+        "minutes": minutes,
+        "generate_seconds": round(time.perf_counter() - started, 2),
+        "landing": landing,
+        "landing_mb": round(sum(k["bytes"] for k in landing.values()) / 2**20, 1),
+        "stages": {},
+    }
     rows_in = sum(k["records"] for k in landing.values())
     for stage, layer in DAILY_STEPS:
         step, result, measured = daily_step(bench, stage, layer, day, settings, rows=rows_in)
@@ -103,8 +114,16 @@ def project_day(windows: list[dict], partitions: int, cores: int, day_minutes: i
 
     def day(p: int, c: int) -> dict:
         data = day_minutes * p / partitions
-        return {"partitions": p, "cores": c, "landing_gb": round(mb_per_minute * data / 1024, 1),
-                "hours": round((fixed + per_minute * data * cores / c) / 3600, 2)}
+        return {
+            "partitions": p,
+            "cores": c,
+            "landing_gb": round(mb_per_minute * data / 1024, 1),
+            "hours": round((fixed + per_minute * data * cores / c) / 3600, 2),
+        }
 
-    return {"basis": basis, "fixed_seconds": round(fixed, 1), "seconds_per_minute_of_data": round(per_minute, 2),
-            "days": [day(partitions, cores), *(day(p, c) for p, c in PROJECTED)]}
+    return {
+        "basis": basis,
+        "fixed_seconds": round(fixed, 1),
+        "seconds_per_minute_of_data": round(per_minute, 2),
+        "days": [day(partitions, cores), *(day(p, c) for p, c in PROJECTED)],
+    }

@@ -47,21 +47,26 @@ CAP = 10_000  # managedLedgerMaxUnackedRangesToPersist
 KINDS = ("topic-stats", "internal-stats", "metrics", "policies")
 # The demo's /metrics series (METRIC_HELP) from the stats fields they report, per level.
 TOPIC_SERIES = {
-    "pulsar_rate_in": "msgRateIn", "pulsar_rate_out": "msgRateOut", "pulsar_throughput_in": "msgThroughputIn",
-    "pulsar_throughput_out": "msgThroughputOut", "pulsar_storage_size": "storageSize",
-    "pulsar_msg_backlog": "msgBacklog", "pulsar_in_messages_total": "msgInCounter",
+    "pulsar_rate_in": "msgRateIn",
+    "pulsar_rate_out": "msgRateOut",
+    "pulsar_throughput_in": "msgThroughputIn",
+    "pulsar_throughput_out": "msgThroughputOut",
+    "pulsar_storage_size": "storageSize",
+    "pulsar_msg_backlog": "msgBacklog",
+    "pulsar_in_messages_total": "msgInCounter",
     "pulsar_out_messages_total": "msgOutCounter",
 }
 SUBSCRIPTION_SERIES = {
-    "pulsar_subscription_back_log": "msgBacklog", "pulsar_subscription_msg_rate_out": "msgRateOut",
+    "pulsar_subscription_back_log": "msgBacklog",
+    "pulsar_subscription_msg_rate_out": "msgRateOut",
     "pulsar_subscription_msg_throughput_out": "msgThroughputOut",
     "pulsar_subscription_msg_rate_redeliver": "msgRateRedeliver",
-    "pulsar_subscription_unacked_messages": "unackedMessages", "pulsar_subscription_delayed": "msgDelayed",
+    "pulsar_subscription_unacked_messages": "unackedMessages",
+    "pulsar_subscription_delayed": "msgDelayed",
     "pulsar_subscription_consumers_count": "consumers",
 }
 # Subscription fields its consumers share equally.
-PER_CONSUMER = ("msgRateOut", "messageAckRate", "msgThroughputOut", "msgOutCounter", "bytesOutCounter",
-                "msgRateRedeliver", "unackedMessages")
+PER_CONSUMER = ("msgRateOut", "messageAckRate", "msgThroughputOut", "msgOutCounter", "bytesOutCounter", "msgRateRedeliver", "unackedMessages")
 
 
 def broker_name(b: int) -> str:
@@ -139,12 +144,23 @@ def plan_cluster(day: date, partitions: int, seed: int = 0) -> Cluster:
     oldest = np.minimum(first_hole - 1, read0 - ack_lag).min(axis=1)
     per_ledger = np.clip(rate * LEDGER_ROLLOVER_SECONDS, 1000, MAX_ENTRIES_PER_LEDGER).astype(np.int64)
     return Cluster(
-        names=names, namespaces=namespaces, rate=rate, batch=rng.choice([1, 5, 10, 20], P),
-        msg_bytes=rng.choice([256, 512, 1024, 2048], P), added=added,
-        lag=lag, ack_lag=ack_lag, first_hole=first_hole, hole_len=hole_len, gap=gap, max_ranges=end,
+        names=names,
+        namespaces=namespaces,
+        rate=rate,
+        batch=rng.choice([1, 5, 10, 20], P),
+        msg_bytes=rng.choice([256, 512, 1024, 2048], P),
+        added=added,
+        lag=lag,
+        ack_lag=ack_lag,
+        first_hole=first_hole,
+        hole_len=hole_len,
+        gap=gap,
+        max_ranges=end,
         redelivery=np.where(np.arange(S) == FAILOVER, 0.0, rng.uniform(0.0, 0.02, (P, S))),
-        out_base=rng.integers(0, 10_000_000, (P, S)), in_base=rng.integers(10_000_000, 50_000_000, P),
-        per_ledger=per_ledger, ledger_start=oldest - rng.integers(1, per_ledger),
+        out_base=rng.integers(0, 10_000_000, (P, S)),
+        in_base=rng.integers(10_000_000, 50_000_000, P),
+        per_ledger=per_ledger,
+        ledger_start=oldest - rng.integers(1, per_ledger),
     )
 
 
@@ -165,20 +181,41 @@ def snapshot(c: Cluster, minute: int) -> tuple[dict, dict, dict]:
     backlog = (c.added[:, minute + 1, None] - 1 - now["read"] + holes) * batch
     rate_out = np.round((out - out_before) / STATS_EVERY, 3)
     sub = {
-        "msgRateOut": rate_out, "messageAckRate": rate_out, "msgThroughputOut": np.round(rate_out * size, 3),
-        "msgOutCounter": c.out_base + out, "bytesOutCounter": (c.out_base + out) * size,
+        "msgRateOut": rate_out,
+        "messageAckRate": rate_out,
+        "msgThroughputOut": np.round(rate_out * size, 3),
+        "msgOutCounter": c.out_base + out,
+        "bytesOutCounter": (c.out_base + out) * size,
         "msgRateRedeliver": np.round((again - again_before) / STATS_EVERY, 3),
         "unackedMessages": np.where(np.arange(len(SUBSCRIPTIONS)) == FAILOVER, 0, holes * batch),
-        "msgBacklog": backlog, "msgBacklogNoDelayed": backlog, "backlogSize": backlog * size, "msgDelayed": np.zeros_like(backlog),
+        "msgBacklog": backlog,
+        "msgBacklogNoDelayed": backlog,
+        "backlogSize": backlog * size,
+        "msgDelayed": np.zeros_like(backlog),
         "nonContiguousDeletedMessagesRanges": now["ranges"],
         "nonContiguousDeletedMessagesRangesSerializedSize": serialized_size(now["ranges"]),
         "consumers": np.full_like(backlog, CONSUMERS),
     }
     msg_in = c.in_base + (c.added[:, minute + 1] - c.added[:, 1]) * c.batch
     rate_in = np.round((c.added[:, minute + 1] - c.added[:, minute]) * c.batch / STATS_EVERY, 3)
-    topic = {key: np.round(sub[key].sum(axis=1), 3) for key in (
-        "msgRateOut", "msgThroughputOut", "msgOutCounter", "bytesOutCounter", "backlogSize", "msgBacklog",
-        "nonContiguousDeletedMessagesRanges", "nonContiguousDeletedMessagesRangesSerializedSize")}
-    topic.update(msgRateIn=rate_in, msgThroughputIn=np.round(rate_in * c.msg_bytes, 3), msgInCounter=msg_in,
-                 bytesInCounter=msg_in * c.msg_bytes, storageSize=msg_in * c.msg_bytes // 3)
+    topic = {
+        key: np.round(sub[key].sum(axis=1), 3)
+        for key in (
+            "msgRateOut",
+            "msgThroughputOut",
+            "msgOutCounter",
+            "bytesOutCounter",
+            "backlogSize",
+            "msgBacklog",
+            "nonContiguousDeletedMessagesRanges",
+            "nonContiguousDeletedMessagesRangesSerializedSize",
+        )
+    }
+    topic.update(
+        msgRateIn=rate_in,
+        msgThroughputIn=np.round(rate_in * c.msg_bytes, 3),
+        msgInCounter=msg_in,
+        bytesInCounter=msg_in * c.msg_bytes,
+        storageSize=msg_in * c.msg_bytes // 3,
+    )
     return sub, topic, now

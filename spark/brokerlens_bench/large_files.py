@@ -76,29 +76,33 @@ def slots(fields: dict, prefix: str, **constants) -> dict:
 
 
 def envelope(stats: dict) -> Template:
-    return Template({"collected_at": slot("collected_at"), "cluster": CLUSTER, "broker": slot("broker"),
-                     "topic": slot("topic"), "stats": stats})
+    return Template({"collected_at": slot("collected_at"), "cluster": CLUSTER, "broker": slot("broker"), "topic": slot("topic"), "stats": stats})
 
 
 def stats_template(day: date) -> Template:
     """One partition's TopicStats: 3 subscriptions of 2 consumers, 1 producer."""
     subs = {}
     for s, (name, kind) in enumerate(SUBSCRIPTIONS):
-        consumers = [slots(CONSUMER_FIELDS, f"s{s}c.", consumerName=f"{name}-{n + 1}",
-                           address=f"/10.0.{n + 4}.{20 + s}:{40000 + n}", connectedSince=iso(day, -86400 + 3600 * n, millis=True))
-                     for n in range(CONSUMERS)]
+        consumers = [
+            slots(
+                CONSUMER_FIELDS,
+                f"s{s}c.",
+                consumerName=f"{name}-{n + 1}",
+                address=f"/10.0.{n + 4}.{20 + s}:{40000 + n}",
+                connectedSince=iso(day, -86400 + 3600 * n, millis=True),
+            )
+            for n in range(CONSUMERS)
+        ]
         subs[name] = slots(SUBSCRIPTION_FIELDS, f"s{s}.", type=kind, consumers=consumers, delayedMessageIndexSizeInBytes=0)
         if kind == "Key_Shared":
             subs[name]["keySharedMode"] = "AUTO_SPLIT"
-    publisher = slots(PUBLISHER_FIELDS, "pub.", producerId=0, address="/10.0.2.20:50000",
-                      connectedSince=iso(day, -40000, millis=True))
+    publisher = slots(PUBLISHER_FIELDS, "pub.", producerId=0, address="/10.0.2.20:50000", connectedSince=iso(day, -40000, millis=True))
     return envelope(slots(TOPIC_FIELDS, "", publishers=[publisher], subscriptions=subs, delayedMessageIndexSizeInBytes=0))
 
 
 def internal_template(day: date) -> Template:
     """One partition's PersistentTopicInternalStats: its ledgers and a cursor per subscription."""
-    cursors = {name: slots(CURSOR_FIELDS, f"k{s}.", lastLedgerSwitchTimestamp=iso(day, 0, millis=True))
-               for s, (name, _) in enumerate(SUBSCRIPTIONS)}
+    cursors = {name: slots(CURSOR_FIELDS, f"k{s}.", lastLedgerSwitchTimestamp=iso(day, 0, millis=True)) for s, (name, _) in enumerate(SUBSCRIPTIONS)}
     return envelope(slots(MANAGED_LEDGER_FIELDS, "", cursors=cursors))
 
 
@@ -162,8 +166,7 @@ def ledger_lists(c: Cluster, oldest: np.ndarray, current: np.ndarray, entry_byte
     p, i = expand(current - oldest + 1)
     k = oldest[p] + i
     entries = np.where(k < current[p], c.per_ledger[p], 0)
-    texts = LEDGER.render({"ledgerId": c.ledger_id(p, k).tolist(), "entries": entries.tolist(),
-                           "size": (entries * entry_bytes[p]).tolist()})
+    texts = LEDGER.render({"ledgerId": c.ledger_id(p, k).tolist(), "entries": entries.tolist(), "size": (entries * entry_bytes[p]).tolist()})
     return grouped(texts, current - oldest + 1, ",")
 
 
@@ -173,25 +176,32 @@ def internal_columns(c: Cluster, day: date, minute: int, sub: dict, cursors: dic
     texts = deleted_ranges(c, cursors)
     cols = {}
     for s in range(len(SUBSCRIPTIONS)):
-        cols.update({
-            f"k{s}.markDeletePosition": c.positions(p, mark[:, s]), f"k{s}.readPosition": c.positions(p, read[:, s] + 1),
-            f"k{s}.waitingReadOp": np.where(ranges[:, s] == 0, "true", "false").tolist(),
-            f"k{s}.messagesConsumedCounter": sub["msgOutCounter"][:, s].tolist(), f"k{s}.cursorLedgerLastEntry": [minute] * len(p),
-            f"k{s}.individuallyDeletedMessages": quoted(texts[s::len(SUBSCRIPTIONS)]),
-            f"k{s}.numberOfEntriesSinceFirstNotAckedMessage": (read[:, s] - mark[:, s]).tolist(),
-            f"k{s}.totalNonContiguousDeletedMessagesRange": ranges[:, s].tolist(),
-        })
+        cols.update(
+            {
+                f"k{s}.markDeletePosition": c.positions(p, mark[:, s]),
+                f"k{s}.readPosition": c.positions(p, read[:, s] + 1),
+                f"k{s}.waitingReadOp": np.where(ranges[:, s] == 0, "true", "false").tolist(),
+                f"k{s}.messagesConsumedCounter": sub["msgOutCounter"][:, s].tolist(),
+                f"k{s}.cursorLedgerLastEntry": [minute] * len(p),
+                f"k{s}.individuallyDeletedMessages": quoted(texts[s :: len(SUBSCRIPTIONS)]),
+                f"k{s}.numberOfEntriesSinceFirstNotAckedMessage": (read[:, s] - mark[:, s]).tolist(),
+                f"k{s}.totalNonContiguousDeletedMessagesRange": ranges[:, s].tolist(),
+            }
+        )
     last = c.added[:, minute + 1] - 1
     current, entry = c.locate(p, last)
     oldest = mark.min(axis=1)
     entry_bytes = c.batch * c.msg_bytes
     opened = minute * STATS_EVERY - (entry + 1) / c.rate
     cols.update(
-        entriesAddedCounter=(last - c.ledger_start + 1).tolist(), numberOfEntries=(last - oldest).tolist(),
-        totalSize=((last - oldest) * entry_bytes).tolist(), currentLedgerEntries=(entry + 1).tolist(),
+        entriesAddedCounter=(last - c.ledger_start + 1).tolist(),
+        numberOfEntries=(last - oldest).tolist(),
+        totalSize=((last - oldest) * entry_bytes).tolist(),
+        currentLedgerEntries=(entry + 1).tolist(),
         currentLedgerSize=((entry + 1) * entry_bytes).tolist(),
         lastLedgerCreatedTimestamp=quoted(iso(day, t, millis=True) for t in opened.tolist()),
-        waitingCursorsCount=(ranges == 0).sum(axis=1).tolist(), lastConfirmedEntry=c.positions(p, last),
+        waitingCursorsCount=(ranges == 0).sum(axis=1).tolist(),
+        lastConfirmedEntry=c.positions(p, last),
         ledgers=ledger_lists(c, c.locate(p, oldest)[0], current, entry_bytes),
     )
     return cols
@@ -207,8 +217,7 @@ def metric_prefixes(c: Cluster) -> list[dict[str, list[str]]]:
         mine = range(b, len(c.names), BROKERS)
         topic = [f'cluster="{CLUSTER}",namespace="{c.namespaces[p]}",topic="{c.names[p]}"' for p in mine]
         sub = [f'{labels},subscription="{name}"' for labels in topic for name, _ in SUBSCRIPTIONS]
-        out.append({metric: [f"{metric}{{{labels}}} " for labels in (topic if metric in TOPIC_SERIES else sub)]
-                    for metric in METRIC_HELP})
+        out.append({metric: [f"{metric}{{{labels}}} " for labels in (topic if metric in TOPIC_SERIES else sub)] for metric in METRIC_HELP})
     return out
 
 
@@ -227,16 +236,26 @@ def policy_lines(c: Cluster, day: date) -> dict[str, list[str]]:
     """broker.conf of each broker (no broker-wide limit) and a subscription limit per namespace."""
     at = iso(day, 0)
     return {
-        "broker-config.jsonl": [dumps({"effective_at": at, "cluster": CLUSTER, "kind": "broker-config",
-                                       "broker": broker_name(b), "policy": broker_config(0)}) for b in range(BROKERS)],
-        "dispatch-rate.jsonl": [dumps({"effective_at": at, "cluster": CLUSTER, "kind": "namespace-subscription-dispatch-rate",
-                                       "namespace": ns, "policy": dispatch_rate(200 * (n % 5 + 1))})
-                                for n, ns in enumerate(sorted(set(c.namespaces)))],
+        "broker-config.jsonl": [
+            dumps({"effective_at": at, "cluster": CLUSTER, "kind": "broker-config", "broker": broker_name(b), "policy": broker_config(0)})
+            for b in range(BROKERS)
+        ],
+        "dispatch-rate.jsonl": [
+            dumps(
+                {
+                    "effective_at": at,
+                    "cluster": CLUSTER,
+                    "kind": "namespace-subscription-dispatch-rate",
+                    "namespace": ns,
+                    "policy": dispatch_rate(200 * (n % 5 + 1)),
+                }
+            )
+            for n, ns in enumerate(sorted(set(c.namespaces)))
+        ],
     }
 
 
-def write_large_day(landing: Path, day: date, partitions: int = 2000, minutes: int = MINUTES,
-                    seed: int = 0) -> dict[str, dict[str, int]]:
+def write_large_day(landing: Path, day: date, partitions: int = 2000, minutes: int = MINUTES, seed: int = 0) -> dict[str, dict[str, int]]:
     """The first ``minutes`` of the day under ``<landing>/<day>/<kind>/``. Per kind: files,
     records (the bronze rows they make: per partition x subscription for stats, per sample for
     /metrics, per line for policies) and bytes."""

@@ -9,10 +9,14 @@ from .run import failed_sections
 
 def markdown(results: dict) -> str:
     """The figures' tables for a results file (no dispatch table when no size ran: ``--sizes ''``)."""
-    lines = [] if not results["sizes"] else [
-        "| records | plain pass s | dispatch_periods s | DuckDB s | vs plain | vs DuckDB | no write: plain, dispatch s | dispatch rows/s/core | JVM RSS MB | JVM old gen MB | Python workers MB |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
+    lines = (
+        []
+        if not results["sizes"]
+        else [
+            "| records | plain pass s | dispatch_periods s | DuckDB s | vs plain | vs DuckDB | no write: plain, dispatch s | dispatch rows/s/core | JVM RSS MB | JVM old gen MB | Python workers MB |",
+            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        ]
+    )
     for size in results["sizes"]:
         st = size["stages"]
         d = st["dispatch_periods"]
@@ -32,8 +36,7 @@ def markdown(results: dict) -> str:
         ]
     for entry in results.get("landing", []) if isinstance(results.get("landing"), list) else []:
         lines.append(
-            f"Landing at demo scale {entry['scale']:g} ({entry['landing_files_mb']} MB of landing files): "
-            f"{entry['seconds']} s, {entry['rows']:,} bronze rows."
+            f"Landing at demo scale {entry['scale']:g} ({entry['landing_files_mb']} MB of landing files): {entry['seconds']} s, {entry['rows']:,} bronze rows."
         )
     demo = results.get("demo_day")
     if isinstance(demo, dict) and "stages" in demo:
@@ -45,8 +48,11 @@ def markdown(results: dict) -> str:
     for section in ("dag", "dag_spark_submit"):
         dag = results.get(section)
         if isinstance(dag, dict) and "tasks" in dag:
-            server = (f"; the stage server started, warm-up included, in {dag['stage_server_start_seconds']} s before it"
-                      if dag.get("stage_server_start_seconds") is not None else "")
+            server = (
+                f"; the stage server started, warm-up included, in {dag['stage_server_start_seconds']} s before it"
+                if dag.get("stage_server_start_seconds") is not None
+                else ""
+            )
             lines.append(
                 f"Demo day through the daily DAG (`airflow dags test`, the tasks on {dag.get('tasks_run_on', 'a spark-submit each')}): "
                 f"{dag['dag_seconds']} s ({dag['wall_seconds']} s with the demo data and Airflow's database{server}). "
@@ -72,8 +78,7 @@ def large_day_markdown(large: dict) -> list[str]:
     """The large day's stages at its largest window, a line per window, the projection."""
     window = max(large["windows"], key=lambda w: w["minutes"])
     lines = [
-        f"Large day, {large['partitions']:,} partitions x 3 subscriptions, the first {window['minutes']} minutes "
-        f"({window['landing_mb']} MB of landing files):",
+        f"Large day, {large['partitions']:,} partitions x 3 subscriptions, the first {window['minutes']} minutes ({window['landing_mb']} MB of landing files):",
         "",
         "| stage | rows in | rows out | s | rows/s/core | MB/s/core | JVM RSS MB | heap MB |",
         "|---|---:|---:|---:|---:|---:|---:|---:|",
@@ -93,8 +98,7 @@ def large_day_markdown(large: dict) -> list[str]:
     lines.append(
         f"Projected from {large['projection']['basis']} ({large['projection']['fixed_seconds']} s fixed, "
         f"{large['projection']['seconds_per_minute_of_data']} s per minute of data, divided among the cores): "
-        + ", ".join(f"{d['partitions']:,} partitions on {d['cores']} cores {d['hours']} h ({d['landing_gb']} GB)"
-                    for d in large["projection"]["days"])
+        + ", ".join(f"{d['partitions']:,} partitions on {d['cores']} cores {d['hours']} h ({d['landing_gb']} GB)" for d in large["projection"]["days"])
         + "."
     )
     return lines

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import psutil
 
+from brokerlens.platform.times import iso
+
 from .dag import bench_dag
 from .generate import DEFAULT_SIZES, PERIODS_PER_DAY
 from .harness import Bench, bench_days, bench_demo_day, bench_landing, bench_sizes
@@ -35,11 +37,7 @@ def environment(spark, cores: int) -> dict:
 
     cpu = ""
     try:
-        cpu = next(
-            line.split(":", 1)[1].strip()
-            for line in Path("/proc/cpuinfo").read_text().splitlines()
-            if line.startswith("model name")
-        )
+        cpu = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name"))
     except (OSError, StopIteration):
         cpu = platform.processor()
     conf = spark.sparkContext.getConf()
@@ -80,7 +78,7 @@ def run(
     work = work or out.parent / "work"
     work.mkdir(parents=True, exist_ok=True)
     cores = spark.sparkContext.defaultParallelism
-    started = datetime.now(timezone.utc)
+    started = datetime.now(timezone.utc).replace(microsecond=0)
     bench = Bench(spark, cores)
 
     def save(*_) -> None:  # after every section: a run cut short still leaves its figures
@@ -109,15 +107,18 @@ def run(
             "sizes": [],
         }
         bench_sizes(
-            bench, work, sizes, day, periods,
-            done=lambda entry: save(results["sizes"].append(entry)), variant_sizes=variant_sizes,
+            bench,
+            work,
+            sizes,
+            day,
+            periods,
+            done=lambda entry: save(results["sizes"].append(entry)),
+            variant_sizes=variant_sizes,
         )
         # The consecutive days and the landing use other stages: a failure there is recorded
         # in the results (and logged) rather than losing the measurements above.
         if days_partitions:
-            results["days"] = _guarded(
-                "days", lambda: bench_days(bench, work, days_partitions, day + timedelta(days=1), periods=periods)
-            )
+            results["days"] = _guarded("days", lambda: bench_days(bench, work, days_partitions, day + timedelta(days=1), periods=periods))
             save()
         if land_scales:
             results["landing"] = _guarded("landing", lambda: bench_landing(bench, work, land_scales, day))
@@ -126,9 +127,7 @@ def run(
             results["demo_day"] = _guarded("demo_day", lambda: bench_demo_day(bench, work, demo_day_scale, day))
             save()
         if large_partitions:
-            results["large_day"] = _guarded(
-                "large_day", lambda: bench_large_day(bench, work, large_partitions, large_minutes, day)
-            )
+            results["large_day"] = _guarded("large_day", lambda: bench_large_day(bench, work, large_partitions, large_minutes, day))
             save()
         if dag:
             results["dag"] = _guarded("dag", lambda: bench_dag(work, day))
@@ -147,8 +146,11 @@ def run(
 
 def failed_sections(results: dict) -> dict[str, str]:
     """The guarded sections that raised, with their error (the run is then incomplete as a benchmark)."""
-    return {name: section["error"] for name in ("days", "landing", "demo_day", "large_day", "dag", "dag_spark_submit")
-            if isinstance(section := results.get(name), dict) and "error" in section}
+    return {
+        name: section["error"]
+        for name in ("days", "landing", "demo_day", "large_day", "dag", "dag_spark_submit")
+        if isinstance(section := results.get(name), dict) and "error" in section
+    }
 
 
 def targets(results: dict) -> dict:
@@ -161,8 +163,7 @@ def targets(results: dict) -> dict:
         largest = max(results["sizes"], key=lambda size: size["input_rows"])
         for name in ("dispatch_periods/plain_pass", "dispatch_periods/duckdb"):
             out[f"{name} at {largest['input_rows']:,} records"] = largest["ratios"][name]
-    for section, name in (("dag", "demo day through the DAG (stage server), s"),
-                          ("dag_spark_submit", "demo day through the DAG (a spark-submit per task), s")):
+    for section, name in (("dag", "demo day through the DAG (stage server), s"), ("dag_spark_submit", "demo day through the DAG (a spark-submit per task), s")):
         dag = results.get(section)
         if isinstance(dag, dict) and "tasks" in dag:
             out[name] = dag["dag_seconds"]
@@ -171,6 +172,5 @@ def targets(results: dict) -> dict:
         for d in large["projection"]["days"]:
             out[f"large day: projected hours for {d['partitions']:,} partitions on {d['cores']} cores"] = d["hours"]
         minutes = ", ".join(str(w["minutes"]) for w in large["windows"])
-        out[f"large day: peak JVM RSS MB per window ({minutes} min)"] = ", ".join(
-            f"{m['jvm_rss_mb']:.0f}" for m in large["memory_by_rows"])
+        out[f"large day: peak JVM RSS MB per window ({minutes} min)"] = ", ".join(f"{m['jvm_rss_mb']:.0f}" for m in large["memory_by_rows"])
     return out

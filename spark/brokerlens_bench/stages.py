@@ -162,7 +162,6 @@ def duckdb_dispatch(inputs: dict, opening: str, out: Path, threads: int) -> int:
         con.close()
 
 
-
 def opening_debt_file(folder: Path, day: date) -> str:
     """An empty ``debt_state`` partition of the day before (zero opening debt), as Parquet."""
     from pyspark.sql.pandas.types import to_arrow_schema
@@ -196,8 +195,7 @@ def plan_summary(frame) -> dict[str, int]:
     under dispatch's scan is in it: the scan's RDD is named by it (DispatchScan.java)."""
     tree = frame._jdf.queryExecution().executedPlan().treeString()
     # One operator a line: tree glyphs, an optional whole-stage codegen id, then its name.
-    operators = [m.group(1) for line in tree.splitlines()
-                 if (m := re.match(r"[\s:|+\-]*(?:\*\(\d+\)\s*)?(\w+)", line))]
+    operators = [m.group(1) for line in tree.splitlines() if (m := re.match(r"[\s:|+\-]*(?:\*\(\d+\)\s*)?(\w+)", line))]
 
     def count(*names: str) -> int:
         return sum(1 for op in operators if op in names)
@@ -208,7 +206,13 @@ def plan_summary(frame) -> dict[str, int]:
         "sorts": count("Sort"),
         "windows": count("Window"),
         "python_udf_operators": count(
-            "BatchEvalPython", "ArrowEvalPython", "FlatMapGroupsInPandas", "MapInPandas", "MapInArrow",
-            "FlatMapCoGroupsInPandas", "AggregateInPandas", "WindowInPandas",
+            "BatchEvalPython",
+            "ArrowEvalPython",
+            "FlatMapGroupsInPandas",
+            "MapInPandas",
+            "MapInArrow",
+            "FlatMapCoGroupsInPandas",
+            "AggregateInPandas",
+            "WindowInPandas",
         ),
     }

@@ -83,8 +83,7 @@ def _environment() -> Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters.update(num=_num, ts=minute, rate=_rate, forecast=_forecast,
-                       anchor=lambda a: subscription_anchor(a["cluster"], a["topic"], a["subscription"]))
+    env.filters.update(num=_num, ts=minute, rate=_rate, forecast=_forecast, anchor=lambda a: subscription_anchor(a["cluster"], a["topic"], a["subscription"]))
     return env
 
 
@@ -106,8 +105,15 @@ def render(day: date, group: RecipientGroup, alerts: list[dict], cfg: AlertSetti
     text_summary = summary(alerts)
     subject = f"{cfg.subject_prefix} Pulsar unacked-range alerts {day}: {text_summary}".strip()
     env = _environment()
-    context = {"day": day, "group": group.name, "alerts": alerts, "summary": text_summary, "subject": subject,
-               "report_url": report_url(day, get_settings()), "limiters": limiters}
+    context = {
+        "day": day,
+        "group": group.name,
+        "alerts": alerts,
+        "summary": text_summary,
+        "subject": subject,
+        "report_url": report_url(day, get_settings()),
+        "limiters": limiters,
+    }
     return (
         subject,
         env.get_template("hole_alerts.txt.j2").render(context),
@@ -134,22 +140,15 @@ def groups_for(namespace: str, cfg: AlertSettings) -> list[RecipientGroup]:
 
 def _sort_key(alert: dict) -> tuple:
     resolved = alert["state"] in ("resolved", "stale")
-    return (resolved, -SEVERITY_RANK.get(alert["severity"] or "", 0), -(alert["ranges"] or 0),
-            alert["topic"], alert["subscription"])
+    return (resolved, -SEVERITY_RANK.get(alert["severity"] or "", 0), -(alert["ranges"] or 0), alert["topic"], alert["subscription"])
 
 
 def due_alerts(day: date, cfg: AlertSettings) -> list[dict]:
     """The day's alerts to mail (a few rows per subscription in trouble: collected)."""
     notifications = read_table("alert_notifications").filter(F.col("status") == SENT)
-    last = (
-        notifications.filter(F.col("day") < F.lit(day))
-        .groupBy(*KEY)
-        .agg(F.max("day").alias("last_notified"))
-    )
+    last = notifications.filter(F.col("day") < F.lit(day)).groupBy(*KEY).agg(F.max("day").alias("last_notified"))
     since = F.datediff(F.lit(day), F.col("last_notified"))
-    reminder = F.col("last_notified").isNull() | (
-        F.lit(cfg.reminder_days > 0) & (since >= F.lit(cfg.reminder_days))
-    )
+    reminder = F.col("last_notified").isNull() | (F.lit(cfg.reminder_days > 0) & (since >= F.lit(cfg.reminder_days)))
     due = (
         read_table("hole_alerts")
         .filter(F.col("day") == F.lit(day))
@@ -202,14 +201,23 @@ def _outbox_file(settings: Settings, day: date, group: str, msg_id: str) -> Path
     return settings.outbox / "alerts" / day.isoformat() / f"{safe}-{hashlib.sha256(msg_id.encode()).hexdigest()[:16]}.eml"
 
 
-def _rows(day: date, out: Outgoing, subject: str, msg_id: str, outbox: Path, status: str,
-          recipients: list[str], sent_at: datetime | None) -> list[dict]:
+def _rows(day: date, out: Outgoing, subject: str, msg_id: str, outbox: Path, status: str, recipients: list[str], sent_at: datetime | None) -> list[dict]:
     return [
         {
-            "day": day, "group_name": out.group.name, "recipients": recipients, "cluster": a["cluster"],
-            "namespace": a["namespace"], "topic": a["topic"], "subscription": a["subscription"],
-            "severity": a["severity"], "state": a["state"], "subject": subject, "message_id": msg_id,
-            "status": status, "outbox_file": str(outbox), "sent_at": sent_at,
+            "day": day,
+            "group_name": out.group.name,
+            "recipients": recipients,
+            "cluster": a["cluster"],
+            "namespace": a["namespace"],
+            "topic": a["topic"],
+            "subscription": a["subscription"],
+            "severity": a["severity"],
+            "state": a["state"],
+            "subject": subject,
+            "message_id": msg_id,
+            "status": status,
+            "outbox_file": str(outbox),
+            "sent_at": sent_at,
         }
         for a in out.alerts
     ]
@@ -223,8 +231,7 @@ def record(day: date, msg_id: str, rows: list[dict]) -> None:
     # sent_at is aware (UTC): PySpark would read a naive one in the process's time zone.
     new = get_spark().createDataFrame([tuple(r[c] for c in schema.column_names) for r in rows], schema.struct)
     pending = f"t.status = '{PENDING}'"
-    merge_table(new, "alert_notifications", partitions=[{"day": day}], update_when=pending,
-                delete_when=f"{pending} AND t.message_id {sql_equals(msg_id)}")
+    merge_table(new, "alert_notifications", partitions=[{"day": day}], update_when=pending, delete_when=f"{pending} AND t.message_id {sql_equals(msg_id)}")
 
 
 def settle_pending(day: date) -> list[str]:
@@ -254,10 +261,7 @@ def _crash_point(name: str) -> None:
 def _mark_notified(day: date) -> None:
     """hole_alerts.notified for the day, from what alert_notifications holds as sent."""
     on_day = F.col("day") == F.lit(day)
-    sent = (
-        read_table("alert_notifications").filter(on_day & (F.col("status") == SENT))
-        .select(*KEY).distinct().withColumn("sent", F.lit(True))
-    )
+    sent = read_table("alert_notifications").filter(on_day & (F.col("status") == SENT)).select(*KEY).distinct().withColumn("sent", F.lit(True))
     alerts = read_table("hole_alerts").filter(on_day)
     updated = (
         alerts.join(sent, KEY, "left")

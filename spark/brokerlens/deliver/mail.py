@@ -62,8 +62,14 @@ def smtp_target(settings: Settings, environ: Mapping[str, str] | None = None) ->
         raise MailError(str(exc)) from None
     if conn is None:
         return SmtpTarget(
-            host=cfg.host, port=cfg.port, login=cfg.user, password=cfg.password, ssl=cfg.ssl,
-            starttls=cfg.starttls, timeout=cfg.timeout_seconds, mail_from=cfg.mail_from,
+            host=cfg.host,
+            port=cfg.port,
+            login=cfg.user,
+            password=cfg.password,
+            ssl=cfg.ssl,
+            starttls=cfg.starttls,
+            timeout=cfg.timeout_seconds,
+            mail_from=cfg.mail_from,
             source="settings.smtp",
         )
     extra = conn["extra"]
@@ -82,7 +88,11 @@ def smtp_target(settings: Settings, environ: Mapping[str, str] | None = None) ->
 
 
 def build_message(
-    subject: str, mail_from: str, to: list[str], text: str, html: str | None = None,
+    subject: str,
+    mail_from: str,
+    to: list[str],
+    text: str,
+    html: str | None = None,
     message_id: str | None = None,
 ) -> EmailMessage:
     """A message with a plain-text part and, when given, an HTML alternative; a fresh
@@ -108,9 +118,7 @@ def smtp_session(target: SmtpTarget) -> Iterator[smtplib.SMTP]:
     client: smtplib.SMTP
     try:
         if target.ssl:
-            client = smtplib.SMTP_SSL(
-                target.host, target.port or 0, timeout=target.timeout, context=ssl.create_default_context()
-            )
+            client = smtplib.SMTP_SSL(target.host, target.port or 0, timeout=target.timeout, context=ssl.create_default_context())
         else:
             client = smtplib.SMTP(target.host, target.port or 0, timeout=target.timeout)
         if target.starttls:

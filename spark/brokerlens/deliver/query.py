@@ -108,9 +108,7 @@ def format_rows(columns: list[str], rows: list[Row], fmt: OutputFormat) -> str:
         writer = csv.writer(buffer, lineterminator="\n")
         writer.writerow(columns)
         for r in records:
-            writer.writerow(
-                [json.dumps(v) if isinstance(v, (dict, list)) else ("" if v is None else v) for v in r]
-            )
+            writer.writerow([json.dumps(v) if isinstance(v, (dict, list)) else ("" if v is None else v) for v in r])
         return buffer.getvalue().rstrip("\n")
     if fmt == "table":
         from rich.console import Console

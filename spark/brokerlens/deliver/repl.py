@@ -88,8 +88,7 @@ def _lines(stdin: TextIO, interactive: bool, splitter: Splitter) -> Iterator[str
             splitter.quote = None
 
 
-def repl(fmt: str = "table", stdin: TextIO | None = None, stdout: TextIO | None = None,
-         stderr: TextIO | None = None) -> int:
+def repl(fmt: str = "table", stdin: TextIO | None = None, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
     """Run statements from stdin; returns the exit code (2 when a statement failed)."""
     from brokerlens.platform.schemas import SchemaError, table_schema, table_schemas
 
@@ -140,6 +139,6 @@ def repl(fmt: str = "table", stdin: TextIO | None = None, stdout: TextIO | None 
             stderr.write(f"error: {exc}\n")
             failed = True
             continue
-        stdout.write(format_rows(columns, rows, fmt) + "\n")  # type: ignore[arg-type]  (format_rows rejects others)
+        stdout.write(format_rows(columns, rows, fmt) + "\n")  # type: ignore[arg-type]  # format_rows rejects others
         stdout.flush()
     return 2 if failed and not interactive else 0

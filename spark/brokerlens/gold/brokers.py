@@ -20,9 +20,7 @@ _VERSION = r"^(\d+)\.(\d+)"
 VERSION_LOOKBACK_DAYS = 7
 
 
-def broker_config_at(
-    rows: DataFrame, policies: DataFrame, keys: list[str], row_key: list[str], at: Column
-) -> DataFrame:
+def broker_config_at(rows: DataFrame, policies: DataFrame, keys: list[str], row_key: list[str], at: Column) -> DataFrame:
     """(``row_key``, one text column per broker.conf key in ``keys``): the value in force at ``at``
     for each of ``rows`` (which have ``cluster`` and ``broker``), from ``policies``
     (bronze_policies rows).

@@ -54,10 +54,7 @@ def parse_limit(text: str | int | float) -> TokenBucket:
     raw = str(text)
     m = _LIMIT.match(raw)
     if not m:
-        raise ValueError(
-            f"cannot read rate limit {raw!r}: expected N[KB|MB|GB][,<duration>] such as "
-            "100,10s or 100KB,10s"
-        )
+        raise ValueError(f"cannot read rate limit {raw!r}: expected N[KB|MB|GB][,<duration>] such as 100,10s or 100KB,10s")
     size = (m["size"] or "").lower()
     burst = float(m["n"]) * _SIZE_UNITS[size]
     seconds = float(m["d"] or 1) * _DURATION_SECONDS[(m["unit"] or "s").lower()]
@@ -93,6 +90,7 @@ def conformance(
     s_end = F.sum(a).over(running) - r * elapsed_end  # S at the interval's end
     s_start = F.col("_s_end") - a + r * F.col(seconds)  # S at its start (after any gap)
     deficit = F.col("_s_end") - F.least(F.lit(0.0), F.col("_s_min"), F.col("_s_end"))
+
     # Rounding of fractional rates must not turn an exactly conforming interval into a throttled one.
     def held_back(d: Column) -> Column:
         excess = d - b
@@ -100,9 +98,7 @@ def conformance(
 
     # Deficit at the interval's start: the previous one's, drained by r over the gap between them.
     gap = F.unix_micros(start) / 1e6 - F.lag(F.unix_micros(start) / 1e6 + F.col(seconds)).over(ordered)
-    deficit_at_start = F.greatest(
-        F.lit(0.0), F.coalesce(F.lag("_deficit").over(ordered) - r * gap, F.lit(0.0))
-    )
+    deficit_at_start = F.greatest(F.lit(0.0), F.coalesce(F.lag("_deficit").over(ordered) - r * gap, F.lit(0.0)))
     return (
         df.withColumn("_s_end", s_end)
         .withColumn("_s_min", F.min(s_start).over(running))

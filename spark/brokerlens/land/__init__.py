@@ -120,9 +120,7 @@ def _summarise(result: StageResult, files: dict[str, KindFiles], counts: list) -
         per_kind[row["kind"]] = per_kind.get(row["kind"], 0) + row["count"]
     for kind, found in files.items():
         rows = result.metrics.get(f"{kind}_rows", 0)
-        result.lines.append(
-            f"{kind}: {found.seen} files seen, {len(found.read)} read, {rows} rows, {per_kind.get(kind, 0)} quarantined"
-        )
+        result.lines.append(f"{kind}: {found.seen} files seen, {len(found.read)} read, {rows} rows, {per_kind.get(kind, 0)} quarantined")
     for row in counts:
         result.lines.append(f"quarantined {row['kind']}: {row['reason']} {row['count']}")
     if not counts:

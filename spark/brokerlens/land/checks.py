@@ -92,9 +92,7 @@ def day_bounds(day: date) -> tuple[datetime, datetime]:
     return start, start + timedelta(days=1)
 
 
-def field_problems(
-    keys: Column, typed: Column, fields: tuple[Field, ...], day: date, where: str = ""
-) -> list[tuple[int, Column, str, Column]]:
+def field_problems(keys: Column, typed: Column, fields: tuple[Field, ...], day: date, where: str = "") -> list[tuple[int, Column, str, Column]]:
     start, end = day_bounds(day)
     out = []
     for f in fields:
@@ -154,10 +152,7 @@ def first_problem(problems: list[tuple[int, Column, str, Column]]) -> Column:
     """struct(reason, detail) of the first problem that holds, or null."""
     ordered = sorted(problems, key=lambda p: p[0])
     return F.coalesce(
-        *[
-            F.when(cond, F.struct(F.lit(reason).alias("reason"), detail.alias("detail")))
-            for _, cond, reason, detail in ordered
-        ],
+        *[F.when(cond, F.struct(F.lit(reason).alias("reason"), detail.alias("detail"))) for _, cond, reason, detail in ordered],
         F.lit(None).cast("struct<reason:string,detail:string>"),
     )
 
@@ -184,13 +179,10 @@ def mark_duplicates(records: DataFrame, within_file: bool = False) -> DataFrame:
         return records.withColumn("duplicate_of", F.lit(None).cast("string"))
     joined = keyed.join(F.broadcast(first) if repeated <= BROADCAST_REPEATS else first, [*scope, "_hash"], "left")
     is_copy = F.col("_first").isNotNull() & (
-        (F.col("_first.source_file") != F.col("source_file"))
-        | (F.col("_first.line") != F.coalesce(F.col("line"), F.lit(0)))
+        (F.col("_first.source_file") != F.col("source_file")) | (F.col("_first.line") != F.coalesce(F.col("line"), F.lit(0)))
     )
     where = F.when(F.col("_first.line") > 0, F.concat(F.lit(":"), F.col("_first.line").cast("string"))).otherwise(F.lit(""))
-    return joined.withColumn(
-        "duplicate_of", F.when(is_copy, F.concat(F.col("_first.source_file"), where))
-    ).drop("_hash", "_first")
+    return joined.withColumn("duplicate_of", F.when(is_copy, F.concat(F.col("_first.source_file"), where))).drop("_hash", "_first")
 
 
 def duplicate_problem() -> tuple[int, Column, str, Column]:

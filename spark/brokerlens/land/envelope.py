@@ -131,9 +131,7 @@ def explode_children(
     good = F.col("problem").isNull()
     topic_keys, topic = parse_object(F.col("stats"), topic_fields)
     topics = env.withColumns({"_tk": F.when(good, topic_keys), "_ts": F.when(good, topic)})
-    topic_problem = first_problem(
-        [*malformed_json(F.col("stats"), F.col("_tk")), *field_problems(F.col("_tk"), F.col("_ts"), topic_fields, day)]
-    )
+    topic_problem = first_problem([*malformed_json(F.col("stats"), F.col("_tk")), *field_problems(F.col("_tk"), F.col("_ts"), topic_fields, day)])
     topics = topics.withColumns(
         {
             "raw": F.when(good, F.col("stats")).otherwise(F.col("raw")),

@@ -69,7 +69,10 @@ def parse(records: DataFrame, day: date) -> DataFrame:
     ledgers = F.filter(ts["ledgers"], lambda ledger: ledger["ledgerId"].isNotNull())
     return rows.select(
         F.lit(day).alias("day"),
-        "collected_at", "cluster", "broker", "topic",
+        "collected_at",
+        "cluster",
+        "broker",
+        "topic",
         *[ts[f.key].alias(f.name) for f in TOPIC if f.key not in ("ledgers", "cursors")],
         F.map_from_arrays(
             F.transform(ledgers, lambda ledger: ledger["ledgerId"]),
@@ -79,5 +82,9 @@ def parse(records: DataFrame, day: date) -> DataFrame:
         F.element_at(ledgers, -1)["ledgerId"].alias("current_ledger_id"),
         F.col("child").alias("cursor"),
         *[cs[f.key].alias(f.name) for f in CURSOR],
-        "source_file", "line", "ingested_at", "raw", "problem",
+        "source_file",
+        "line",
+        "ingested_at",
+        "raw",
+        "problem",
     )

@@ -83,29 +83,17 @@ def parse(records: DataFrame, day: date) -> DataFrame:
     raw = F.trim("raw")
     lines = records.withColumn(
         "_class",
-        F.when(raw.rlike(_HEADER), "header")
-        .when(raw.rlike(_TYPE), "type")
-        .when(raw.startswith("#"), "comment")
-        .otherwise("sample"),
+        F.when(raw.rlike(_HEADER), "header").when(raw.rlike(_TYPE), "type").when(raw.startswith("#"), "comment").otherwise("sample"),
     )
 
     # Optional header: the first `# brokerlens:` line of each file.
     header_text = F.regexp_extract(raw, _HEADER, 1)
     keys, typed = parse_object(header_text, HEADER)
     first = Window.partitionBy("source_file").orderBy("line")
-    headers = (
-        lines.where(F.col("_class") == "header")
-        .withColumn("_n", F.row_number().over(first))
-        .where("_n = 1")
-        .withColumns({"_k": keys, "_t": typed})
-    )
-    header_problem = first_problem(
-        [*malformed_json(header_text, F.col("_k"), "header: "), *field_problems(F.col("_k"), F.col("_t"), HEADER, day, "header ")]
-    )
+    headers = lines.where(F.col("_class") == "header").withColumn("_n", F.row_number().over(first)).where("_n = 1").withColumns({"_k": keys, "_t": typed})
+    header_problem = first_problem([*malformed_json(header_text, F.col("_k"), "header: "), *field_problems(F.col("_k"), F.col("_t"), HEADER, day, "header ")])
     headers = headers.withColumn("problem", header_problem)
-    bad_headers = headers.where(F.col("problem").isNotNull()).withColumn(
-        "problem", _problem_with_suffix(F.col("problem"))
-    )
+    bad_headers = headers.where(F.col("problem").isNotNull()).withColumn("problem", _problem_with_suffix(F.col("problem")))
     good_headers = headers.where(F.col("problem").isNull()).select(
         "source_file",
         F.col("_t.collected_at").alias("_h_collected_at"),
@@ -128,11 +116,7 @@ def parse(records: DataFrame, day: date) -> DataFrame:
         ).alias("problem"),
     )
     bad_types = types.where(F.col("problem").isNotNull())
-    good_types = (
-        types.where(F.col("problem").isNull())
-        .groupBy("source_file", "family")
-        .agg(F.min("metric_type").alias("metric_type"))
-    )
+    good_types = types.where(F.col("problem").isNull()).groupBy("source_file", "family").agg(F.min("metric_type").alias("metric_type"))
 
     # Samples.
     match = raw.rlike(_SAMPLE)
@@ -225,14 +209,18 @@ def parse(records: DataFrame, day: date) -> DataFrame:
         F.coalesce("_h_collected_at", "sample_timestamp", "_file_stamp", "ingested_at").alias("collected_at"),
         F.coalesce("_h_cluster", F.col("labels")["cluster"], "_file_cluster").alias("cluster"),
         F.coalesce("_h_broker", F.nullif(broker_from_file(F.col("source_file")), F.lit(""))).alias("broker"),
-        "metric", "metric_type", "labels", "value", "sample_timestamp",
-        "source_file", "line", "raw", "ingested_at",
+        "metric",
+        "metric_type",
+        "labels",
+        "value",
+        "sample_timestamp",
+        "source_file",
+        "line",
+        "raw",
+        "ingested_at",
         sample_problem.alias("problem"),
     )
-    quarantine_only = [
-        frame.select("source_file", "line", "raw", "ingested_at", "problem")
-        for frame in (bad_headers, no_cluster, bad_types)
-    ]
+    quarantine_only = [frame.select("source_file", "line", "raw", "ingested_at", "problem") for frame in (bad_headers, no_cluster, bad_types)]
     for frame in quarantine_only:
         rows = rows.unionByName(frame, allowMissingColumns=True)
     return rows

@@ -106,9 +106,19 @@ def parse(records: DataFrame, day: date) -> DataFrame:
         (PRIORITY.index(MISSING_FIELD), ~F.map_contains_key(k, "policy"), MISSING_FIELD, F.lit("policy is missing (null removes a policy)")),
         (PRIORITY.index(MISSING_FIELD), kind.isin(*NAMESPACE_KINDS) & t["namespace"].isNull(), MISSING_FIELD, F.lit("namespace is missing")),
         (PRIORITY.index(MISSING_FIELD), kind.isin(*TOPIC_KINDS) & t["topic"].isNull(), MISSING_FIELD, F.lit("topic is missing")),
-        (PRIORITY.index(WRONG_TYPE), has_policy & is_broker & text_lines & bad_line.isNotNull(), WRONG_TYPE, F.concat(F.lit("policy line is not 'name value' or 'name:value': "), F.substring(bad_line, 1, 200))),
+        (
+            PRIORITY.index(WRONG_TYPE),
+            has_policy & is_broker & text_lines & bad_line.isNotNull(),
+            WRONG_TYPE,
+            F.concat(F.lit("policy line is not 'name value' or 'name:value': "), F.substring(bad_line, 1, 200)),
+        ),
         (PRIORITY.index(WRONG_TYPE), has_policy & is_broker & text_lines & repeated, WRONG_TYPE, F.lit("policy names a broker config key twice")),
-        (PRIORITY.index(WRONG_TYPE), has_policy & F.col("_config").isNull(), WRONG_TYPE, F.concat(F.lit("policy should be an object, got "), F.substring(policy_text, 1, 200))),
+        (
+            PRIORITY.index(WRONG_TYPE),
+            has_policy & F.col("_config").isNull(),
+            WRONG_TYPE,
+            F.concat(F.lit("policy should be an object, got "), F.substring(policy_text, 1, 200)),
+        ),
         *[
             (p, has_policy & ~is_broker & cond, reason, detail)
             for p, cond, reason, detail in field_problems(F.col("_rate_keys"), F.col("_rate"), DISPATCH_RATE, day, "policy.")
@@ -141,8 +151,12 @@ def parse(records: DataFrame, day: date) -> DataFrame:
         F.coalesce(t["namespace"], namespace_of(t["topic"])).alias("namespace"),
         t["topic"].alias("topic"),
         (~has_policy).alias("removed"),
-        F.when(dispatch, F.coalesce(rate_col["dispatchThrottlingRateInMsg"], rate_col["dispatchThrottlingRatePerTopicInMsg"])).alias("dispatch_throttling_rate_in_msg"),
-        F.when(dispatch, F.coalesce(rate_col["dispatchThrottlingRateInByte"], rate_col["dispatchThrottlingRatePerTopicInByte"])).alias("dispatch_throttling_rate_in_byte"),
+        F.when(dispatch, F.coalesce(rate_col["dispatchThrottlingRateInMsg"], rate_col["dispatchThrottlingRatePerTopicInMsg"])).alias(
+            "dispatch_throttling_rate_in_msg"
+        ),
+        F.when(dispatch, F.coalesce(rate_col["dispatchThrottlingRateInByte"], rate_col["dispatchThrottlingRatePerTopicInByte"])).alias(
+            "dispatch_throttling_rate_in_byte"
+        ),
         F.when(dispatch, rate_col["ratePeriodInSecond"]).alias("rate_period_in_second"),
         F.when(dispatch, rate_col["relativeToPublishRate"]).alias("relative_to_publish_rate"),
         F.when(has_policy & is_broker, F.col("_config")).alias("broker_config"),

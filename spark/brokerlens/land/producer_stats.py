@@ -73,9 +73,7 @@ def parse(records: DataFrame, day: date) -> DataFrame:
     stats_keys, stats = parse_object(k["stats"], STATS)
     config_keys, config = parse_object(k["config"], CONFIG)
     client_keys, client = parse_object(k["client"], CLIENT)
-    parsed = parsed.withColumns(
-        {"_sk": stats_keys, "_s": stats, "_ck": config_keys, "_c": config, "_lk": client_keys, "_l": client}
-    )
+    parsed = parsed.withColumns({"_sk": stats_keys, "_s": stats, "_ck": config_keys, "_c": config, "_lk": client_keys, "_l": client})
     s = F.col("_s")
     problems = [
         *malformed_json(F.col("raw"), k),
@@ -85,9 +83,7 @@ def parse(records: DataFrame, day: date) -> DataFrame:
         *field_problems(F.col("_lk"), F.col("_l"), CLIENT, day, "client."),
         duplicate_problem(),
     ]
-    partition_rates = F.transform_values(
-        s["partitionStats"], lambda _, v: F.from_json(v, "struct<sendMsgsRate:double>")["sendMsgsRate"]
-    )
+    partition_rates = F.transform_values(s["partitionStats"], lambda _, v: F.from_json(v, "struct<sendMsgsRate:double>")["sendMsgsRate"])
     return parsed.select(
         F.lit(day).alias("day"),
         *[t[f.key].alias(f.name) for f in FIELDS if f.key not in ("stats",)],

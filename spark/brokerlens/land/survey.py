@@ -24,10 +24,11 @@ import gzip
 import os
 import stat
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 from .checks import UNREADABLE_FILE
 
@@ -38,7 +39,7 @@ OUTSIDE_LANDING = "not-read: link out of the landing folder"
 NOT_A_FILE = "not-read: not a regular file"
 TOO_LARGE = "not-read: record too large"
 # The codecs Spark's text reader picks by extension, with the magic bytes their streams start with.
-COMPRESSED = {".gz": (gzip.open, b"\x1f\x8b"), ".bz2": (bz2.open, b"BZh")}
+COMPRESSED: dict[str, tuple[Callable[..., Any], bytes]] = {".gz": (gzip.open, b"\x1f\x8b"), ".bz2": (bz2.open, b"BZh")}
 # Enough of a file's head to tell text from binary (a NUL byte never occurs in JSON or
 # Prometheus text) without reading gigabytes on the driver.
 _SNIFF_BYTES = 4096
@@ -66,9 +67,7 @@ class KindFiles:
         return len(self.read) + len(self.not_read)
 
 
-def survey(
-    landing: Path, day: str, suffixes: dict[str, tuple[str, ...]], whole_file: set[str], max_record: int
-) -> dict[str, KindFiles]:
+def survey(landing: Path, day: str, suffixes: dict[str, tuple[str, ...]], whole_file: set[str], max_record: int) -> dict[str, KindFiles]:
     """kind → its files to read and those it does not read, for every kind folder of the day
     (the known kinds always, with no files when their folder is missing). ``whole_file``: the
     kinds whose record is a whole file; ``max_record``: the largest record read, in bytes."""
@@ -83,9 +82,7 @@ def survey(
             continue  # the day's own metadata (demo-data's _demo_manifest.json), as Spark skips _ files
         kind = parts[0] if len(parts) > 1 else DAY_FOLDER
         files = kinds.setdefault(kind, KindFiles())
-        problem = _problem(path, top, len(parts), suffixes.get(kind)) or _content_problem(
-            path, kind in whole_file, max_record
-        )
+        problem = _problem(path, top, len(parts), suffixes.get(kind)) or _content_problem(path, kind in whole_file, max_record)
         if problem is None:
             files.read.append(path)
         else:

@@ -63,7 +63,11 @@ def parse(records: DataFrame, day: date) -> DataFrame:
     ts, ss = F.col("_ts"), F.col("_cs")
     return rows.select(
         F.lit(day).alias("day"),
-        "collected_at", "cluster", "broker", "topic", "partitioned_topic",
+        "collected_at",
+        "cluster",
+        "broker",
+        "topic",
+        "partitioned_topic",
         *[ts[f.key].alias(f.name) for f in TOPIC if f.key not in ("publishers", "subscriptions")],
         count(ts["publishers"]).alias("publishers"),
         F.col("_tk")["publishers"].alias("publishers_json"),
@@ -71,5 +75,9 @@ def parse(records: DataFrame, day: date) -> DataFrame:
         *[ss[f.key].alias(f.name) for f in SUBSCRIPTION if f.key != "consumers"],
         count(ss["consumers"]).alias("consumers"),
         F.col("child_json").alias("subscription_json"),
-        "source_file", "line", "ingested_at", "raw", "problem",
+        "source_file",
+        "line",
+        "ingested_at",
+        "raw",
+        "problem",
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Mapping
+from collections.abc import Mapping
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 

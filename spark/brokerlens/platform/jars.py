@@ -43,8 +43,7 @@ EXCLUDES = (
     "io.unitycatalog:unitycatalog-hadoop",
 )
 # Ivy lines worth showing when resolution fails (the rest is Ivy's chatter).
-_IVY_REASONS = ("unresolved dependency", "not found", "Connection refused", "UnknownHost",
-                "timed out", "Server access error", "FAILED", "Exception")
+_IVY_REASONS = ("unresolved dependency", "not found", "Connection refused", "UnknownHost", "timed out", "Server access error", "FAILED", "Exception")
 
 
 # brokerlens' own JVM classes: (package holding the source, file), each kept beside the Python
@@ -108,10 +107,14 @@ def _resolve(folder: Path) -> None:
         noop.write_text("")
         command = [
             str(spark_home / "bin" / "spark-submit"),
-            "--packages", ",".join(coordinates()),
-            "--conf", f"spark.jars.excludes={','.join(EXCLUDES)}",
-            "--conf", f"spark.jars.ivy={folder / 'ivy'}",
-            "--conf", "spark.ui.enabled=false",
+            "--packages",
+            ",".join(coordinates()),
+            "--conf",
+            f"spark.jars.excludes={','.join(EXCLUDES)}",
+            "--conf",
+            f"spark.jars.ivy={folder / 'ivy'}",
+            "--conf",
+            "spark.ui.enabled=false",
             str(noop),
         ]
         env = {**os.environ, "SPARK_HOME": str(spark_home), "PYSPARK_PYTHON": sys.executable}
@@ -164,8 +167,7 @@ def jvm_jar(folder: Path | None = None) -> Path:
         for name, text in sources.items():
             (src / name).write_bytes(text)
         classpath = str(Path(pyspark.__file__).parent / "jars" / "*")
-        command = [javac, "--release", JAVA_RELEASE, "-nowarn", "-cp", classpath, "-d", str(classes),
-                   *[str(src / name) for name in sources]]
+        command = [javac, "--release", JAVA_RELEASE, "-nowarn", "-cp", classpath, "-d", str(classes), *[str(src / name) for name in sources]]
         proc = subprocess.run(command, capture_output=True, text=True)
         if proc.returncode != 0:
             raise JarsError(f"javac could not compile {', '.join(sources)}: {(proc.stdout + proc.stderr).strip()}")

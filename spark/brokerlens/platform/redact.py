@@ -22,7 +22,8 @@ import os
 import re
 import sys
 import threading
-from typing import Iterable, TextIO
+from collections.abc import Iterable
+from typing import TextIO, cast
 from urllib.parse import quote
 
 from pydantic import BaseModel, SecretStr
@@ -133,17 +134,17 @@ class RedactingStream(io.TextIOBase):
     def fileno(self) -> int:
         return self.target.fileno()
 
-    @property
-    def encoding(self) -> str:
+    @property  # read-only here: it is the target's
+    def encoding(self) -> str:  # type: ignore[override]
         return getattr(self.target, "encoding", None) or "utf-8"
 
     @property
-    def errors(self) -> str | None:
+    def errors(self) -> str | None:  # type: ignore[override]
         return getattr(self.target, "errors", None)
 
 
 def redacting(stream: TextIO) -> TextIO:
-    return stream if isinstance(stream, RedactingStream) else RedactingStream(stream)
+    return stream if isinstance(stream, RedactingStream) else cast(TextIO, RedactingStream(stream))
 
 
 _base_factory = logging.getLogRecordFactory()

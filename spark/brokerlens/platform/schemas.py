@@ -103,9 +103,7 @@ class TableSchema:
 
     @property
     def struct(self) -> T.StructType:
-        return T.StructType(
-            [T.StructField(c.name, c.spark_type, c.nullable) for c in self.columns]
-        )
+        return T.StructType([T.StructField(c.name, c.spark_type, c.nullable) for c in self.columns])
 
     def column(self, name: str) -> Column:
         for c in self.columns:
@@ -148,7 +146,5 @@ def table_schemas() -> dict[str, TableSchema]:
 def table_schema(name: str) -> TableSchema:
     schemas = table_schemas()
     if name not in schemas:
-        raise SchemaError(
-            f"unknown table {name!r}; known tables: {', '.join(sorted(schemas))}"
-        )
+        raise SchemaError(f"unknown table {name!r}; known tables: {', '.join(sorted(schemas))}")
     return schemas[name]

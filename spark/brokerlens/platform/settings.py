@@ -97,9 +97,7 @@ class AlertSettings(BaseModel):
     overrides: list[AlertOverride] = Field(default_factory=list)
     # An alert goes to every group whose globs match its namespace, else to default_group.
     groups: list[RecipientGroup] = Field(default_factory=list)
-    default_group: RecipientGroup = Field(
-        default_factory=lambda: RecipientGroup(name="default", to=["pulsar-ops@localhost"])
-    )
+    default_group: RecipientGroup = Field(default_factory=lambda: RecipientGroup(name="default", to=["pulsar-ops@localhost"]))
     # Unchanged (ongoing) alerts are mailed again after this many days; 0: never.
     reminder_days: int = Field(default=3, ge=0)
     subject_prefix: str = "[brokerlens]"
@@ -181,9 +179,7 @@ class LandSettings(BaseModel):
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(
-        env_prefix="BROKERLENS_", env_nested_delimiter="__", extra="ignore"
-    )
+    model_config = SettingsConfigDict(env_prefix="BROKERLENS_", env_nested_delimiter="__", extra="ignore")
 
     home: Path = Path("var")
     landing_dir: Path | None = None

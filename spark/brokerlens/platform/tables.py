@@ -157,14 +157,10 @@ def read_table(
     try:
         df = reader.load(table_location(name, settings))
     except AnalysisException as exc:
-        raise TableError(f"cannot read {name} as of {version if version is not None else timestamp}: "
-                         f"{str(exc).splitlines()[0]}") from exc
+        raise TableError(f"cannot read {name} as of {version if version is not None else timestamp}: {str(exc).splitlines()[0]}") from exc
     have = set(df.columns)
     # Columns added to schemas/ after this version was written read as nulls.
-    return df.select(*[
-        F.col(c.name) if c.name in have else F.lit(None).cast(c.spark_type).alias(c.name)
-        for c in schema.columns
-    ])
+    return df.select(*[F.col(c.name) if c.name in have else F.lit(None).cast(c.spark_type).alias(c.name) for c in schema.columns])
 
 
 # -------------------------------------------------------------------------------------- write
@@ -176,10 +172,7 @@ def conform(df: DataFrame, schema: TableSchema) -> DataFrame:
     missing = [c for c in schema.column_names if c not in have]
     extra = [c for c in df.columns if c not in set(schema.column_names)]
     if missing or extra:
-        raise TableError(
-            f"DataFrame does not match schemas/tables/{schema.name}.yaml: "
-            f"missing columns {missing}, unexpected columns {extra}"
-        )
+        raise TableError(f"DataFrame does not match schemas/tables/{schema.name}.yaml: missing columns {missing}, unexpected columns {extra}")
     return df.select(*[F.col(c.name).cast(c.spark_type).alias(c.name) for c in schema.columns])
 
 
@@ -191,16 +184,8 @@ def ensure_table(name: str, spark: SparkSession | None = None, settings: Setting
     if table_exists(name, settings, spark):
         return
     schema = table_schema(name)
-    columns = T.StructType([
-        T.StructField(c.name, c.spark_type, c.nullable, {"comment": c.description} if c.description else {})
-        for c in schema.columns
-    ])
-    builder = (
-        DeltaTable.createIfNotExists(spark)
-        .location(table_location(name, settings))
-        .addColumns(columns)
-        .comment(schema.description)
-    )
+    columns = T.StructType([T.StructField(c.name, c.spark_type, c.nullable, {"comment": c.description} if c.description else {}) for c in schema.columns])
+    builder = DeltaTable.createIfNotExists(spark).location(table_location(name, settings)).addColumns(columns).comment(schema.description)
     if schema.partition_by:
         builder = builder.partitionedBy(*schema.partition_by)
     try:
@@ -288,11 +273,11 @@ def merge_table(
     on = " AND ".join([f"t.`{k}` <=> s.`{k}`" for k in keys] + [f"({where})"])
 
     def attempt() -> None:
-        spark.conf.set("spark.databricks.delta.commitInfo.userMetadata",
-                       json.dumps({"brokerlens.mode": "merge", "brokerlens.write": write_id}))
+        spark.conf.set("spark.databricks.delta.commitInfo.userMetadata", json.dumps({"brokerlens.mode": "merge", "brokerlens.write": write_id}))
         try:
             (
-                DeltaTable.forPath(spark, table_location(name, settings)).alias("t")
+                DeltaTable.forPath(spark, table_location(name, settings))
+                .alias("t")
                 .merge(frame.alias("s"), on)
                 .whenMatchedUpdateAll(update_when)
                 .whenNotMatchedInsertAll()
@@ -317,16 +302,16 @@ def _with_retries(name: str, attempt: Callable[[], _T], settings: Settings) -> _
             return attempt()
         except CONFLICTS as exc:
             if number == attempts:
-                raise TableError(f"{name}: commit still conflicting after {attempts} attempts: "
-                                 f"{str(exc).splitlines()[0]}") from exc
+                raise TableError(f"{name}: commit still conflicting after {attempts} attempts: {str(exc).splitlines()[0]}") from exc
             pause = min(5.0, 0.05 * 2**number) * (0.5 + random.random())
             log.info("%s: concurrent commit (%s), retrying in %.2fs", name, type(exc).__name__, pause)
             time.sleep(pause)
     raise AssertionError("unreachable")
 
 
-def _result(name: str, write_id: str, row_metrics: tuple[str, ...], settings: Settings,
-            spark: SparkSession, started: float, with_txn: bool = False) -> WriteResult:
+def _result(
+    name: str, write_id: str, row_metrics: tuple[str, ...], settings: Settings, spark: SparkSession, started: float, with_txn: bool = False
+) -> WriteResult:
     """What the commit tagged with ``write_id`` did. No commit has the tag: with a transaction,
     Delta had already seen it (skipped); without one, Delta had nothing to commit (no rows and
     nothing to replace). Concurrent writers may have committed after it."""
@@ -344,9 +329,7 @@ def _result(name: str, write_id: str, row_metrics: tuple[str, ...], settings: Se
     return result
 
 
-def _replace_where(
-    schema: TableSchema, mode: WriteMode, partitions: Iterable[PartitionSpec] | None, alias: str | None = None
-) -> str | None:
+def _replace_where(schema: TableSchema, mode: WriteMode, partitions: Iterable[PartitionSpec] | None, alias: str | None = None) -> str | None:
     """The SQL predicate selecting exactly the given partitions (``replaceWhere``, MERGE)."""
     if mode not in ("append", "overwrite", "replace"):
         raise TableError(f"unknown write mode {mode!r}")

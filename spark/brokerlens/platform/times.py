@@ -13,8 +13,9 @@ datetimes only: a naive one given to ``createDataFrame`` or ``lit`` is read in t
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, Row

@@ -100,11 +100,7 @@ def validate_day(day: date, settings: Settings, layer: str | None = None) -> Sta
         frame = read_table(table, settings=settings).where(F.col("day") == F.lit(day)).persist()
         count = frame.count()
         suite = gx.ExpectationSuite(name=suite_doc.get("name", table), expectations=suite_doc["expectations"])
-        batch = (
-            source.add_dataframe_asset(table)
-            .add_batch_definition_whole_dataframe("day")
-            .get_batch(batch_parameters={"dataframe": frame})
-        )
+        batch = source.add_dataframe_asset(table).add_batch_definition_whole_dataframe("day").get_batch(batch_parameters={"dataframe": frame})
         outcome = batch.validate(suite)
         frame.unpersist()
         for item in outcome.results:
@@ -129,9 +125,7 @@ def validate_day(day: date, settings: Settings, layer: str | None = None) -> Sta
                 continue
             if config["type"] == ROW_COUNT and count == 0:
                 landed = _landed(settings, day, meta.get("critical_when_landed", []))
-                line = f"{table} has no rows for {day}" + (
-                    f" although {', '.join(landed)} files landed for it" if landed else " (nothing landed for it)"
-                )
+                line = f"{table} has no rows for {day}" + (f" although {', '.join(landed)} files landed for it" if landed else " (nothing landed for it)")
                 log.warning("%s: %s", severity, line)
             else:
                 line = (
@@ -150,8 +144,5 @@ def validate_day(day: date, settings: Settings, layer: str | None = None) -> Sta
     result.lines += [f"warning: {w}" for w in warnings]
     result.lines.append(f"results: {report}")
     if failures:
-        raise StageFailed(
-            f"{len(failures)} critical expectation(s) failed (results: {report}):\n"
-            + "\n".join(f"  {f}" for f in failures)
-        )
+        raise StageFailed(f"{len(failures)} critical expectation(s) failed (results: {report}):\n" + "\n".join(f"  {f}" for f in failures))
     return result

@@ -39,28 +39,50 @@ def metric_cursors(metrics: DataFrame) -> DataFrame:
         F.lit("/"),
         F.url_decode(F.regexp_extract(ledger, r"/persistent/(.*)$", 1)),
     )
-    return metrics.where(
-        (F.col("metric") == CURSOR_RANGES_METRIC) & ledger.contains("/persistent/") & ~F.isnan("value")
-    ).select(
-        "cluster", "broker", topic.alias("topic"), F.col("labels")["cursor_name"].alias("subscription"),
-        F.coalesce("sample_timestamp", "collected_at").alias("snapshot_at"),
-        F.col("value").cast("bigint").alias("ranges_reported"),
-        "source_file",
-    ).where(F.col("subscription").isNotNull())
+    return (
+        metrics.where((F.col("metric") == CURSOR_RANGES_METRIC) & ledger.contains("/persistent/") & ~F.isnan("value"))
+        .select(
+            "cluster",
+            "broker",
+            topic.alias("topic"),
+            F.col("labels")["cursor_name"].alias("subscription"),
+            F.coalesce("sample_timestamp", "collected_at").alias("snapshot_at"),
+            F.col("value").cast("bigint").alias("ranges_reported"),
+            "source_file",
+        )
+        .where(F.col("subscription").isNotNull())
+    )
 
 
 def cursor_snapshots(internal: DataFrame, topic_stats: DataFrame, metrics: DataFrame) -> DataFrame:
     cursors = internal.where(F.col("cursor").isNotNull()).select(
-        "cluster", "broker", "topic", F.col("cursor").alias("subscription"),
-        F.col("collected_at").alias("internal_at"), "mark_delete_position", "read_position",
-        "individually_deleted_messages", ledger_entries(internal).alias("ledger_entries"),
-        "total_non_contiguous_deleted_messages_range", F.col("source_file").alias("internal_file"),
+        "cluster",
+        "broker",
+        "topic",
+        F.col("cursor").alias("subscription"),
+        F.col("collected_at").alias("internal_at"),
+        "mark_delete_position",
+        "read_position",
+        "individually_deleted_messages",
+        ledger_entries(internal).alias("ledger_entries"),
+        "total_non_contiguous_deleted_messages_range",
+        F.col("source_file").alias("internal_file"),
     )
     subs = topic_stats.where(F.col("subscription").isNotNull()).select(
-        "cluster", F.col("broker").alias("stats_broker"), "topic", "subscription",
-        F.col("collected_at").alias("stats_at"), "subscription_type",
-        "non_contiguous_deleted_messages_ranges", "non_contiguous_deleted_messages_ranges_serialized_size",
-        "msg_backlog", "unacked_messages", "msg_delayed", "msg_rate_out", "msg_rate_redeliver", "consumers",
+        "cluster",
+        F.col("broker").alias("stats_broker"),
+        "topic",
+        "subscription",
+        F.col("collected_at").alias("stats_at"),
+        "subscription_type",
+        "non_contiguous_deleted_messages_ranges",
+        "non_contiguous_deleted_messages_ranges_serialized_size",
+        "msg_backlog",
+        "unacked_messages",
+        "msg_delayed",
+        "msg_rate_out",
+        "msg_rate_redeliver",
+        "consumers",
         F.col("source_file").alias("stats_file"),
     )
     key = ["cluster", "topic", "subscription"]
@@ -109,7 +131,9 @@ def cursor_snapshots(internal: DataFrame, topic_stats: DataFrame, metrics: DataF
     # Metrics only for subscriptions that no stats snapshot covers: they are the coarser source.
     from_metrics = metric_cursors(metrics).join(stats_rows.select(*key).distinct(), key, "left_anti")
     from_metrics = from_metrics.select(
-        F.to_date("snapshot_at").alias("day"), "*", namespace_of(F.col("topic")).alias("namespace"),
+        F.to_date("snapshot_at").alias("day"),
+        "*",
+        namespace_of(F.col("topic")).alias("namespace"),
         F.lit("metrics").alias("ranges_source"),
     )
     return stats_rows.unionByName(from_metrics, allowMissingColumns=True)

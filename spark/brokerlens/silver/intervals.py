@@ -45,12 +45,24 @@ def period_intervals(dispatch: DataFrame) -> DataFrame:
 def counter_snapshots(topic_stats: DataFrame) -> DataFrame:
     """Topic-stats out counters per scope and collection time."""
     subscriptions = topic_stats.where(F.col("subscription").isNotNull()).select(
-        F.lit("subscription").alias("level"), "cluster", "broker", "topic", "subscription", "collected_at",
-        F.col("msg_out_counter").alias("msg_counter"), F.col("bytes_out_counter").alias("bytes_counter"),
+        F.lit("subscription").alias("level"),
+        "cluster",
+        "broker",
+        "topic",
+        "subscription",
+        "collected_at",
+        F.col("msg_out_counter").alias("msg_counter"),
+        F.col("bytes_out_counter").alias("bytes_counter"),
     )
     topics = topic_stats.select(
-        F.lit("topic").alias("level"), "cluster", "broker", "topic", F.lit(None).cast("string").alias("subscription"),
-        "collected_at", F.col("topic_msg_out_counter").alias("msg_counter"), F.col("topic_bytes_out_counter").alias("bytes_counter"),
+        F.lit("topic").alias("level"),
+        "cluster",
+        "broker",
+        "topic",
+        F.lit(None).cast("string").alias("subscription"),
+        "collected_at",
+        F.col("topic_msg_out_counter").alias("msg_counter"),
+        F.col("topic_bytes_out_counter").alias("bytes_counter"),
     )
     return (
         subscriptions.unionByName(topics)
@@ -61,20 +73,20 @@ def counter_snapshots(topic_stats: DataFrame) -> DataFrame:
     )
 
 
-
-
 def metric_counter_snapshots(metrics: DataFrame) -> DataFrame:
     """Broker /metrics out counters per scope and sample time: ``pulsar_out_messages_total`` and
     ``pulsar_out_bytes_total`` with a ``topic`` label (topic level) and also a ``subscription``
     label (subscription level), as Pulsar's prometheus TopicStats writes them."""
     labels = F.col("labels")
-    samples = metrics.where(
-        F.col("metric").isin(*OUT_COUNTERS) & labels["topic"].isNotNull() & ~F.isnan("value")
-    ).select(
+    samples = metrics.where(F.col("metric").isin(*OUT_COUNTERS) & labels["topic"].isNotNull() & ~F.isnan("value")).select(
         F.when(labels["subscription"].isNotNull(), F.lit("subscription")).otherwise(F.lit("topic")).alias("level"),
-        "cluster", "broker", metric_topic(labels).alias("topic"), labels["subscription"].alias("subscription"),
+        "cluster",
+        "broker",
+        metric_topic(labels).alias("topic"),
+        labels["subscription"].alias("subscription"),
         F.coalesce("sample_timestamp", "collected_at").alias("collected_at"),
-        "metric", "value",
+        "metric",
+        "value",
     )
     counter = {name: F.max(F.when(F.col("metric") == metric, F.col("value"))).cast("bigint") for metric, name in OUT_COUNTERS.items()}
     return (

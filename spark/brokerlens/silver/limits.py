@@ -12,14 +12,17 @@ from pyspark.sql import functions as F
 from .topics import base_topic, namespace_of
 
 FOREVER = datetime(9999, 12, 31, tzinfo=timezone.utc)
-TOPIC_LEVEL = ("topic", "topic-dispatch-rate", "namespace-dispatch-rate",
-               "dispatchThrottlingRatePerTopicInMsg", "dispatchThrottlingRatePerTopicInByte")
-SUBSCRIPTION_LEVEL = ("subscription", "topic-subscription-dispatch-rate", "namespace-subscription-dispatch-rate",
-                      "dispatchThrottlingRatePerSubscriptionInMsg", "dispatchThrottlingRatePerSubscriptionInByte")
+TOPIC_LEVEL = ("topic", "topic-dispatch-rate", "namespace-dispatch-rate", "dispatchThrottlingRatePerTopicInMsg", "dispatchThrottlingRatePerTopicInByte")
+SUBSCRIPTION_LEVEL = (
+    "subscription",
+    "topic-subscription-dispatch-rate",
+    "namespace-subscription-dispatch-rate",
+    "dispatchThrottlingRatePerSubscriptionInMsg",
+    "dispatchThrottlingRatePerSubscriptionInByte",
+)
 BROKER_LEVEL = ("broker", None, None, "dispatchThrottlingRateInMsg", "dispatchThrottlingRateInByte")
 BROKER_KEYS = sorted(
-    {k for level in (TOPIC_LEVEL, SUBSCRIPTION_LEVEL, BROKER_LEVEL) for k in level[3:]}
-    | {"ratePeriodInSecond", "dispatchThrottlingOnBatchMessageEnabled"}
+    {k for level in (TOPIC_LEVEL, SUBSCRIPTION_LEVEL, BROKER_LEVEL) for k in level[3:]} | {"ratePeriodInSecond", "dispatchThrottlingOnBatchMessageEnabled"}
 )
 RATE = "struct<msg:bigint,byte:bigint,period:int,relative:boolean>"
 
@@ -29,9 +32,7 @@ def latest_records(policies: DataFrame, day: date) -> DataFrame:
     days; a record landed again on a later day (same kind, scope and time) counts once."""
     end = datetime.combine(day + timedelta(days=1), datetime.min.time(), tzinfo=timezone.utc)
     scope = F.coalesce("broker", "topic", "namespace")
-    same = Window.partitionBy("kind", "cluster", "_scope", "effective_at").orderBy(
-        F.desc("day"), F.desc("source_file"), F.desc("line")
-    )
+    same = Window.partitionBy("kind", "cluster", "_scope", "effective_at").orderBy(F.desc("day"), F.desc("source_file"), F.desc("line"))
     return (
         policies.where((F.col("day") <= F.lit(day)) & (F.col("effective_at") < F.lit(end)))
         .withColumn("_scope", F.when(F.col("kind") == "broker-config", F.col("broker")).otherwise(scope))
@@ -43,14 +44,15 @@ def latest_records(policies: DataFrame, day: date) -> DataFrame:
 def _validity(frame: DataFrame, keys: list[str]) -> DataFrame:
     """valid_from = effective_at, valid_to = the next record's effective_at for the same keys."""
     order = Window.partitionBy(*keys).orderBy("effective_at")
-    return frame.withColumn("valid_from", F.col("effective_at")).withColumn(
-        "valid_to", F.coalesce(F.lead("effective_at").over(order), F.lit(FOREVER))
-    )
+    return frame.withColumn("valid_from", F.col("effective_at")).withColumn("valid_to", F.coalesce(F.lead("effective_at").over(order), F.lit(FOREVER)))
 
 
 def policy_intervals(records: DataFrame) -> DataFrame:
     rates = records.where(F.col("kind") != "broker-config").select(
-        "kind", "cluster", F.col("_scope").alias("scope"), "effective_at",
+        "kind",
+        "cluster",
+        F.col("_scope").alias("scope"),
+        "effective_at",
         F.when(
             ~F.col("removed"),
             F.struct(
@@ -59,7 +61,9 @@ def policy_intervals(records: DataFrame) -> DataFrame:
                 F.col("rate_period_in_second").alias("period"),
                 F.col("relative_to_publish_rate").alias("relative"),
             ),
-        ).cast(RATE).alias("rate"),
+        )
+        .cast(RATE)
+        .alias("rate"),
     )
     return _validity(rates, ["kind", "cluster", "scope"])
 
@@ -71,7 +75,9 @@ def broker_key_intervals(records: DataFrame, brokers: DataFrame) -> DataFrame:
     config = records.where(F.col("kind") == "broker-config")
     keys = F.array(*[F.lit(k) for k in BROKER_KEYS])
     entries = config.select(
-        "cluster", "broker", "effective_at",
+        "cluster",
+        "broker",
+        "effective_at",
         F.explode(keys).alias("key"),
         F.col("broker_config").alias("_config"),
         "removed",
@@ -100,32 +106,42 @@ def limit_targets(topic_stats: DataFrame, internal: DataFrame, dispatch: DataFra
     return partitions, brokers
 
 
-def rate_limits(
-    policies: DataFrame, topic_stats: DataFrame, internal: DataFrame, dispatch: DataFrame, day: date
-) -> DataFrame:
+def rate_limits(policies: DataFrame, topic_stats: DataFrame, internal: DataFrame, dispatch: DataFrame, day: date) -> DataFrame:
     spark = policies.sparkSession
     start = datetime.combine(day, datetime.min.time(), tzinfo=timezone.utc)
     end = start + timedelta(days=1)
     records = latest_records(policies, day).withColumn("_day", F.lit(day))
     partitions, brokers = limit_targets(topic_stats, internal, dispatch, records)
     rates = policy_intervals(records).where((F.col("valid_to") > F.lit(start)) & (F.col("valid_from") < F.lit(end)))
-    keys = broker_key_intervals(records, brokers).where(
-        (F.col("valid_to") > F.lit(start)) & (F.col("valid_from") < F.lit(end))
-    )
+    keys = broker_key_intervals(records, brokers).where((F.col("valid_to") > F.lit(start)) & (F.col("valid_from") < F.lit(end)))
 
     levels = spark.createDataFrame(
         [TOPIC_LEVEL, SUBSCRIPTION_LEVEL],
         "level string, topic_kind string, namespace_kind string, msg_key string, byte_key string",
     )
     topic_targets = partitions.crossJoin(levels).select(
-        "level", "cluster", "broker", "topic", namespace_of(F.col("topic")).alias("namespace"),
-        base_topic(F.col("topic")).alias("base"), "topic_kind", "namespace_kind", "msg_key", "byte_key",
+        "level",
+        "cluster",
+        "broker",
+        "topic",
+        namespace_of(F.col("topic")).alias("namespace"),
+        base_topic(F.col("topic")).alias("base"),
+        "topic_kind",
+        "namespace_kind",
+        "msg_key",
+        "byte_key",
     )
     broker_targets = brokers.select(
-        F.lit("broker").alias("level"), "cluster", "broker", F.lit(None).cast("string").alias("topic"),
-        F.lit(None).cast("string").alias("namespace"), F.lit(None).cast("string").alias("base"),
-        F.lit(None).cast("string").alias("topic_kind"), F.lit(None).cast("string").alias("namespace_kind"),
-        F.lit(BROKER_LEVEL[3]).alias("msg_key"), F.lit(BROKER_LEVEL[4]).alias("byte_key"),
+        F.lit("broker").alias("level"),
+        "cluster",
+        "broker",
+        F.lit(None).cast("string").alias("topic"),
+        F.lit(None).cast("string").alias("namespace"),
+        F.lit(None).cast("string").alias("base"),
+        F.lit(None).cast("string").alias("topic_kind"),
+        F.lit(None).cast("string").alias("namespace_kind"),
+        F.lit(BROKER_LEVEL[3]).alias("msg_key"),
+        F.lit(BROKER_LEVEL[4]).alias("byte_key"),
     )
     targets = topic_targets.unionByName(broker_targets)
     target = ["level", "cluster", "broker", "topic"]
@@ -135,9 +151,7 @@ def rate_limits(
     t = targets.alias("t")
     on_topic = (F.col("r.kind") == F.col("t.topic_kind")) & F.col("r.scope").isin(F.col("t.topic"), F.col("t.base"))
     on_namespace = (F.col("r.kind") == F.col("t.namespace_kind")) & (F.col("r.scope") == F.col("t.namespace"))
-    policy_changes = t.join(r, (F.col("r.cluster") == F.col("t.cluster")) & (on_topic | on_namespace)).select(
-        "t.*", F.col("r.valid_from").alias("at")
-    )
+    policy_changes = t.join(r, (F.col("r.cluster") == F.col("t.cluster")) & (on_topic | on_namespace)).select("t.*", F.col("r.valid_from").alias("at"))
     key_changes = targets.join(keys.select("cluster", "broker", F.col("valid_from").alias("at")), ["cluster", "broker"])
     changes = (
         policy_changes.unionByName(key_changes.select(*targets.columns, "at"))
@@ -146,18 +160,23 @@ def rate_limits(
         .distinct()
     )
     order = Window.partitionBy(*target).orderBy("valid_from")
-    segments = changes.withColumnRenamed("at", "valid_from").withColumn(
-        "valid_to", F.coalesce(F.lead("valid_from").over(order), F.lit(end))
-    )
+    segments = changes.withColumnRenamed("at", "valid_from").withColumn("valid_to", F.coalesce(F.lead("valid_from").over(order), F.lit(end)))
 
     def rate_in_force(frame: DataFrame, kind: str, scope: str, name: str) -> DataFrame:
         found = rates.select(
-            F.col("kind").alias("_kind"), F.col("cluster").alias("_cluster"), F.col("scope").alias("_scope"),
-            F.col("valid_from").alias("_from"), F.col("valid_to").alias("_to"), F.col("rate").alias(name),
+            F.col("kind").alias("_kind"),
+            F.col("cluster").alias("_cluster"),
+            F.col("scope").alias("_scope"),
+            F.col("valid_from").alias("_from"),
+            F.col("valid_to").alias("_to"),
+            F.col("rate").alias(name),
         )
         cond = (
-            (frame["cluster"] == found["_cluster"]) & (frame[kind] == found["_kind"]) & (frame[scope] == found["_scope"])
-            & (found["_from"] <= frame["valid_from"]) & (frame["valid_from"] < found["_to"])
+            (frame["cluster"] == found["_cluster"])
+            & (frame[kind] == found["_kind"])
+            & (frame[scope] == found["_scope"])
+            & (found["_from"] <= frame["valid_from"])
+            & (frame["valid_from"] < found["_to"])
         )
         return frame.join(found, cond, "left").drop("_kind", "_cluster", "_scope", "_from", "_to")
 
@@ -166,12 +185,18 @@ def rate_limits(
     segments = rate_in_force(segments, "namespace_kind", "namespace", "namespace_rate")
 
     k = keys.select(
-        F.col("cluster").alias("_cluster"), F.col("broker").alias("_broker"), "key", "value",
-        F.col("valid_from").alias("_from"), F.col("valid_to").alias("_to"),
+        F.col("cluster").alias("_cluster"),
+        F.col("broker").alias("_broker"),
+        "key",
+        "value",
+        F.col("valid_from").alias("_from"),
+        F.col("valid_to").alias("_to"),
     )
     cond = (
-        (segments["cluster"] == k["_cluster"]) & (segments["broker"] == k["_broker"])
-        & (k["_from"] <= segments["valid_from"]) & (segments["valid_from"] < k["_to"])
+        (segments["cluster"] == k["_cluster"])
+        & (segments["broker"] == k["_broker"])
+        & (k["_from"] <= segments["valid_from"])
+        & (segments["valid_from"] < k["_to"])
     )
     seg_cols = [c for c in segments.columns]
     broker_values = (
@@ -194,11 +219,7 @@ def effective_limits(segments: DataFrame, day: date) -> DataFrame:
         return F.when(value > 0, value)  # Pulsar: <= 0 is unlimited
 
     def source(broker_value: Column) -> Column:
-        return (
-            F.when(chosen.isNotNull(), policy_source)
-            .when(broker_value.isNotNull(), F.lit("broker-config"))
-            .otherwise(F.lit("default"))
-        )
+        return F.when(chosen.isNotNull(), policy_source).when(broker_value.isNotNull(), F.lit("broker-config")).otherwise(F.lit("default"))
 
     period = F.when(chosen.isNotNull(), chosen["period"]).otherwise(conf["ratePeriodInSecond"].cast("int"))
     return segments.select(

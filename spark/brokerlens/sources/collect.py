@@ -46,8 +46,7 @@ RETRY_STATUS = {429, 500, 502, 503, 504}
 # The Pulsar series the analytics read (silver.intervals.OUT_COUNTERS, silver.cursors.CURSOR_RANGES_METRIC, the limiter
 # model's pulsar_version_info and PIP-406 throttle events), as one PromQL selector.
 PROMETHEUS_SELECTOR = (
-    '{__name__=~"pulsar_out_messages_total|pulsar_out_bytes_total'
-    '|brk_ml_cursor_nonContiguousDeletedMessagesRange|pulsar_version_info|pulsar_.*throttled.*"}'
+    '{__name__=~"pulsar_out_messages_total|pulsar_out_bytes_total|brk_ml_cursor_nonContiguousDeletedMessagesRange|pulsar_version_info|pulsar_.*throttled.*"}'
 )
 PROMETHEUS_STEP_SECONDS = 60
 # Steps per query_range request: with Prometheus' limit of 11,000 points per series, and small
@@ -93,8 +92,7 @@ class AdminClient:
             else:
                 status = response.status_code
                 if status in (401, 403):
-                    raise CollectError(f"GET {path}: HTTP {status}, the admin API refused the credentials "
-                                       f"(check admin_token and the role's permissions)")
+                    raise CollectError(f"GET {path}: HTTP {status}, the admin API refused the credentials (check admin_token and the role's permissions)")
                 if status in (404, 405) and missing_ok:
                     return None
                 if status not in RETRY_STATUS:
@@ -109,7 +107,7 @@ class AdminClient:
                 problem = f"HTTP {status} {_reason(response)}"
             if attempt >= self.conf.retries:
                 raise CollectError(f"GET {path}: {problem} after {attempt + 1} attempts")
-            delay = self.conf.backoff_seconds * (2 ** attempt)
+            delay = self.conf.backoff_seconds * (2**attempt)
             log.warning("GET %s: %s; retry %d/%d in %.1fs", path, problem, attempt + 1, self.conf.retries, delay)
             time.sleep(delay)
             attempt += 1
@@ -230,33 +228,32 @@ def collect(
             stats = client.get(path + "/partitioned-stats", params={"perPartition": "true"})
             partitions = sorted((stats or {}).get("partitions", {}))
             first = stats["partitions"][partitions[0]] if partitions else {}
-            envelope = _envelope(collected_at, cluster, _owner(client, partitions[0], first) if partitions else None,
-                                 topic, stats)
+            envelope = _envelope(collected_at, cluster, _owner(client, partitions[0], first) if partitions else None, topic, stats)
         else:
             stats = client.get(path + "/stats")
             partitions = [topic]
             envelope = _envelope(collected_at, cluster, _owner(client, topic, stats), topic, stats)
         internal = []
         if conf.internal_stats:
-            owners = {p: (stats.get("partitions", {}).get(p, {}) if is_partitioned else stats).get("ownerBroker")
-                      for p in partitions}
+            owners = {p: (stats.get("partitions", {}).get(p, {}) if is_partitioned else stats).get("ownerBroker") for p in partitions}
             for p in partitions:
-                internal.append(_envelope(collected_at, cluster, owners[p] or envelope["broker"], p,
-                                          client.get(_topic_path(p) + "/internalStats")))
+                internal.append(_envelope(collected_at, cluster, owners[p] or envelope["broker"], p, client.get(_topic_path(p) + "/internalStats")))
         return envelope, internal
 
     def topic_policies(topic: str):
         path = _topic_path(topic)
-        return [("topic-dispatch-rate", topic, client.get(path + "/dispatchRate", missing_ok=True)),
-                ("topic-subscription-dispatch-rate", topic,
-                 client.get(path + "/subscriptionDispatchRate", missing_ok=True))]
+        return [
+            ("topic-dispatch-rate", topic, client.get(path + "/dispatchRate", missing_ok=True)),
+            ("topic-subscription-dispatch-rate", topic, client.get(path + "/subscriptionDispatchRate", missing_ok=True)),
+        ]
 
     def namespace_policies(ns: str):
         tenant, name = ns.split("/", 1)
         path = f"/admin/v2/namespaces/{quote(tenant, safe='')}/{quote(name, safe='')}"
-        return [("namespace-dispatch-rate", ns, client.get(path + "/dispatchRate", missing_ok=True)),
-                ("namespace-subscription-dispatch-rate", ns,
-                 client.get(path + "/subscriptionDispatchRate", missing_ok=True))]
+        return [
+            ("namespace-dispatch-rate", ns, client.get(path + "/dispatchRate", missing_ok=True)),
+            ("namespace-subscription-dispatch-rate", ns, client.get(path + "/subscriptionDispatchRate", missing_ok=True)),
+        ]
 
     with ThreadPoolExecutor(max_workers=conf.concurrency, thread_name_prefix="collect") as pool:
         stat_jobs = [pool.submit(guarded, stats_of, t, True) for t in partitioned]
@@ -283,13 +280,19 @@ def collect(
         lines = []
         for kind, scope, policy in changed:
             key = "broker" if kind == "broker-config" else "topic" if kind.startswith("topic") else "namespace"
-            lines.append(json.dumps({"effective_at": collected_at, "cluster": cluster, "kind": kind, key: scope,
-                                     "policy": policy}))
+            lines.append(json.dumps({"effective_at": collected_at, "cluster": cluster, "kind": kind, key: scope, "policy": policy}))
         _write_atomic(root / "policies" / f"collect-{stamp}.jsonl", "\n".join(lines) + "\n")
 
     result = StageResult(stage="collect", day=now.date())
-    result.metrics.update({"topics": len(topic_envelopes), "partitions": len(internal_envelopes),
-                           "policy_changes": len(changed), "requests": client.requests, "errors": len(errors)})
+    result.metrics.update(
+        {
+            "topics": len(topic_envelopes),
+            "partitions": len(internal_envelopes),
+            "policy_changes": len(changed),
+            "requests": client.requests,
+            "errors": len(errors),
+        }
+    )
     result.lines.append(f"landing: {root} (collected_at {collected_at}, cluster {cluster})")
     result.lines += [f"skipped: {e}" for e in errors]
     if errors and not topic_envelopes:
@@ -352,9 +355,15 @@ def collect_prometheus(day: date | None, settings: Settings, url: str, step_seco
         chunk_end = min(chunk_start + chunk, end) - step_seconds
         if chunk_end < chunk_start:
             chunk_end = chunk_start
-        body = client.get("/api/v1/query_range", params={
-            "query": PROMETHEUS_SELECTOR, "start": chunk_start, "end": chunk_end, "step": f"{step_seconds}s",
-        })
+        body = client.get(
+            "/api/v1/query_range",
+            params={
+                "query": PROMETHEUS_SELECTOR,
+                "start": chunk_start,
+                "end": chunk_end,
+                "step": f"{step_seconds}s",
+            },
+        )
         if not body or body.get("status") != "success" or body.get("data", {}).get("resultType") != "matrix":
             raise CollectError(f"GET /api/v1/query_range: unexpected answer {str(body)[:200]}")
         by_instance: dict[str, list[str]] = {}

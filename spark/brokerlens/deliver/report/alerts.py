@@ -43,12 +43,10 @@ def alert_section(day: date, settings: Settings, headline: list[Number]) -> Sect
         Number("escalated", fmt(by_state["escalated"]), "bad" if by_state["escalated"] else ""),
         Number("ongoing", fmt(by_state["ongoing"])),
         Number("resolved", fmt(by_state["resolved"]), "good" if by_state["resolved"] else ""),
-        Number("emails sent", f"{mails['mails']:,} to {mails['groups']:,} group{'s' if mails['groups'] != 1 else ''}"
-               if mails["mails"] else "none"),
+        Number("emails sent", f"{mails['mails']:,} to {mails['groups']:,} group{'s' if mails['groups'] != 1 else ''}" if mails["mails"] else "none"),
     ]
     headline += [
-        Number("new or escalated alerts", fmt(by_state["new"] + by_state["escalated"]),
-               "bad" if by_state["new"] + by_state["escalated"] else "good"),
+        Number("new or escalated alerts", fmt(by_state["new"] + by_state["escalated"]), "bad" if by_state["new"] + by_state["escalated"] else "good"),
         section.numbers[-1],
     ]
     # Most severe first (holes rank forecast < warning < critical); resolved rows (no severity) last.
@@ -58,14 +56,21 @@ def alert_section(day: date, settings: Settings, headline: list[Number]) -> Sect
     rows, more = limited(ordered, settings.report.max_rows)
     section.tables.append(
         Table(
-            ["severity", "state", "subscription", "type", "ranges (peak)", "cap", "growth /h",
-             "cap reached (UTC)", "since", "mailed", "reason", "hint"],
+            ["severity", "state", "subscription", "type", "ranges (peak)", "cap", "growth /h", "cap reached (UTC)", "since", "mailed", "reason", "hint"],
             [
                 [
-                    r["severity"] or "—", r["state"], f"{short_topic(r['topic'])} · {r['subscription']}",
-                    r["subscription_type"] or "—", fmt(r["ranges"]), fmt(r["cap"]),
-                    fmt(r["growth_per_hour"], 1), hhmm(r["forecast_cap_at"]), r["first_seen"].isoformat(),
-                    fmt(r["notified"]), r["reason"], r["hint"] or "—",
+                    r["severity"] or "—",
+                    r["state"],
+                    f"{short_topic(r['topic'])} · {r['subscription']}",
+                    r["subscription_type"] or "—",
+                    fmt(r["ranges"]),
+                    fmt(r["cap"]),
+                    fmt(r["growth_per_hour"], 1),
+                    hhmm(r["forecast_cap_at"]),
+                    r["first_seen"].isoformat(),
+                    fmt(r["notified"]),
+                    r["reason"],
+                    r["hint"] or "—",
                 ]
                 for r in rows
             ],
@@ -77,9 +82,7 @@ def alert_section(day: date, settings: Settings, headline: list[Number]) -> Sect
         )
     )
     mail_rows, mail_more = limited(
-        sent.orderBy("sent_at", "group_name", *SUBSCRIPTION).select(
-            "*", F.array_join("recipients", ", ").alias("to")
-        ),
+        sent.orderBy("sent_at", "group_name", *SUBSCRIPTION).select("*", F.array_join("recipients", ", ").alias("to")),
         settings.report.max_rows,
     )
     if mail_rows:
@@ -87,8 +90,7 @@ def alert_section(day: date, settings: Settings, headline: list[Number]) -> Sect
             Table(
                 ["sent (UTC)", "group", "to", "subscription", "state", "subject"],
                 [
-                    [hhmm(m["sent_at"]), m["group_name"], m["to"], f"{short_topic(m['topic'])} · {m['subscription']}",
-                     m["state"], m["subject"]]
+                    [hhmm(m["sent_at"]), m["group_name"], m["to"], f"{short_topic(m['topic'])} · {m['subscription']}", m["state"], m["subject"]]
                     for m in mail_rows
                 ],
                 prose={2, 5},

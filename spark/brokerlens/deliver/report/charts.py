@@ -83,14 +83,20 @@ def dispatch_chart(day: date, label: str, unit: str, minutes: dict[int, tuple[in
     fig, ax = _figure()
     busy = np.nonzero(over)[0]
     # One vertical stroke per minute over quota: visible even for a single minute in a day.
-    ax.vlines([times[m] for m in busy], 0, over[busy], color="#d6604d", linewidth=1.6,
-              label=f"over quota ({unit} per minute)")
+    ax.vlines([times[m] for m in busy], 0, over[busy], color="#d6604d", linewidth=1.6, label=f"over quota ({unit} per minute)")
     ax.set_ylabel(f"over quota, {unit}/min")
     ax.set_ylim(0, max(1, over.max()) * 1.1)
     ax2 = ax.twinx()
     # Markers keep isolated minutes visible; a busy day reads as a line without them.
-    ax2.plot(times, debt, color="#2166ac", linewidth=1.1, marker="o" if len(minutes) < 120 else None, markersize=2,
-             label=f"debt carried out ({unit}, max per minute)")
+    ax2.plot(
+        times,
+        debt,
+        color="#2166ac",
+        linewidth=1.1,
+        marker="o" if len(minutes) < 120 else None,
+        markersize=2,
+        label=f"debt carried out ({unit}, max per minute)",
+    )
     ax2.set_ylabel(f"debt, {unit}")
     ax2.set_ylim(0, max(1, np.nanmax(debt) if len(minutes) else 1) * 1.1)
     ax2.yaxis.set_major_formatter(StrMethodFormatter("{x:,.0f}"))
@@ -122,8 +128,7 @@ def cursor_chart(
     times = [datetime.fromtimestamp(t, tz=timezone.utc) for t, _ in points]
     start, end = window
     fig, ax = _figure(2.8)
-    ax.plot(times, [r for _, r in points], color="#2166ac", linewidth=1.3,
-            label="ranges (max per 10 min)")
+    ax.plot(times, [r for _, r in points], color="#2166ac", linewidth=1.3, label="ranges (max per 10 min)")
     ax.axhline(cap, color="#b2182b", linewidth=1.2, label=f"cap {cap:,}")
     ax.axhline(warning, color="#ef8a62", linewidth=1, linestyle="--", label=f"warning {warning:,}")
     if last is not None and growth_per_hour and growth_per_hour > 0:
@@ -131,12 +136,10 @@ def cursor_chart(
         reach = datetime.fromtimestamp(forecast_at, tz=timezone.utc) if forecast_at else end
         t1 = min(reach, end)
         r1 = last[1] + growth_per_hour * (t1 - t0).total_seconds() / 3600
-        ax.plot([t0, t1], [last[1], r1], color="#2166ac", linestyle=":", linewidth=1.3,
-                label=f"trend {growth_per_hour:+,.0f}/h")
+        ax.plot([t0, t1], [last[1], r1], color="#2166ac", linestyle=":", linewidth=1.3, label=f"trend {growth_per_hour:+,.0f}/h")
         if forecast_at and last[1] < cap and reach <= end:
             ax.plot([reach], [cap], marker="o", color="#b2182b")
-            ax.annotate(f"cap at {reach:%d %b %H:%M} UTC", (reach, cap), textcoords="offset points",
-                        xytext=(-4, 6), ha="right", fontsize=8, color="#b2182b")
+            ax.annotate(f"cap at {reach:%d %b %H:%M} UTC", (reach, cap), textcoords="offset points", xytext=(-4, 6), ha="right", fontsize=8, color="#b2182b")
     top = max([cap, *(r for _, r in points)]) * 1.12
     ax.set_ylim(0, top)
     ax.set_ylabel("ranges")

@@ -41,13 +41,15 @@ def cursor_section(day: date, settings: Settings, headline: list[Number]) -> Sec
         .where(F.col("_n") == 1)
         .withColumn("share_of_cap", F.col("ranges") / F.col("cap"))
     )
-    s = first(last.agg(
-        F.count(F.lit(1)).alias("subscriptions"),
-        F.sum(F.when(F.col("peak_over_cap") > 0, 1).otherwise(0)).alias("over_cap"),
-        F.sum(F.when(F.col("peak") >= settings.alerts.warning_ranges, 1).otherwise(0)).alias("over_warning"),
-        F.max("peak").alias("max_ranges"),
-        F.sum("exposure_entries").alias("exposure"),
-    ))
+    s = first(
+        last.agg(
+            F.count(F.lit(1)).alias("subscriptions"),
+            F.sum(F.when(F.col("peak_over_cap") > 0, 1).otherwise(0)).alias("over_cap"),
+            F.sum(F.when(F.col("peak") >= settings.alerts.warning_ranges, 1).otherwise(0)).alias("over_warning"),
+            F.max("peak").alias("max_ranges"),
+            F.sum("exposure_entries").alias("exposure"),
+        )
+    )
     if not s["subscriptions"]:
         section.empty = f"No cursor data for {day}: cursor_ranges has no rows for this day."
         headline.append(Number("subscriptions over the cap", "no data"))
@@ -55,11 +57,9 @@ def cursor_section(day: date, settings: Settings, headline: list[Number]) -> Sec
     section.numbers = [
         Number("subscriptions measured", fmt(s["subscriptions"])),
         Number("over the cap (peak)", fmt(s["over_cap"]), "bad" if s["over_cap"] else "good"),
-        Number(f"at or over {settings.alerts.warning_ranges:,} ranges (peak)", fmt(s["over_warning"]),
-               "bad" if s["over_warning"] else ""),
+        Number(f"at or over {settings.alerts.warning_ranges:,} ranges (peak)", fmt(s["over_warning"]), "bad" if s["over_warning"] else ""),
         Number("most ranges (peak)", fmt(s["max_ranges"])),
-        Number("entries exposed to redelivery (last snapshot)", fmt(s["exposure"] or 0),
-               "bad" if s["exposure"] else ""),
+        Number("entries exposed to redelivery (last snapshot)", fmt(s["exposure"] or 0), "bad" if s["exposure"] else ""),
     ]
     headline += [section.numbers[1], section.numbers[3]]
 
@@ -80,17 +80,36 @@ def cursor_section(day: date, settings: Settings, headline: list[Number]) -> Sec
         return section
     section.tables.append(
         Table(
-            ["subscription", "type", "ranges (last)", "ranges (peak)", "cap", "of cap", "over cap",
-             "exposure (entries)", "persisted as (mode)", "serialized", "growth /h", "hours to cap",
-             "cap reached (UTC)"],
+            [
+                "subscription",
+                "type",
+                "ranges (last)",
+                "ranges (peak)",
+                "cap",
+                "of cap",
+                "over cap",
+                "exposure (entries)",
+                "persisted as (mode)",
+                "serialized",
+                "growth /h",
+                "hours to cap",
+                "cap reached (UTC)",
+            ],
             [
                 [
-                    f"{short_topic(r['topic'])} · {r['subscription']}", r["subscription_type"] or "—",
-                    fmt(r["ranges"]), fmt(r["peak"]), fmt(r["cap"]), pct(r["share_of_cap"]),
-                    fmt(r["over_cap"]), fmt(r["exposure_entries"]),
+                    f"{short_topic(r['topic'])} · {r['subscription']}",
+                    r["subscription_type"] or "—",
+                    fmt(r["ranges"]),
+                    fmt(r["peak"]),
+                    fmt(r["cap"]),
+                    pct(r["share_of_cap"]),
+                    fmt(r["over_cap"]),
+                    fmt(r["exposure_entries"]),
                     f"{r['persisted_as'] or '—'} ({r['persist_mode'] or '—'})",
                     fmt_bytes(r["serialized_bytes"]) + (" (est.)" if r["serialized_bytes_source"] != "reported" else ""),
-                    fmt(r["growth_per_hour"], 1), fmt(r["hours_to_cap"], 1), hhmm(r["forecast_cap_at"]),
+                    fmt(r["growth_per_hour"], 1),
+                    fmt(r["hours_to_cap"], 1),
+                    hhmm(r["forecast_cap_at"]),
                 ]
                 for r in rows
             ],
@@ -102,9 +121,7 @@ def cursor_section(day: date, settings: Settings, headline: list[Number]) -> Sec
 
     top = rows[: settings.report.top_subscriptions]
     first_day = day - timedelta(days=settings.report.trend_days - 1)
-    top_df = get_spark().createDataFrame(
-        [tuple(r[k] for k in SUBSCRIPTION) for r in top], today.select(*SUBSCRIPTION).schema
-    )
+    top_df = get_spark().createDataFrame([tuple(r[k] for k in SUBSCRIPTION) for r in top], today.select(*SUBSCRIPTION).schema)
     buckets = collect(
         read_table("cursor_ranges")
         .where(F.col("day").between(F.lit(first_day), F.lit(day)) & F.col("ranges").isNotNull())
@@ -121,8 +138,7 @@ def cursor_section(day: date, settings: Settings, headline: list[Number]) -> Sec
         series.setdefault(tuple(b[k] for k in SUBSCRIPTION), []).append((int(b["bucket"]), b["ranges"]))
     window = (
         datetime(first_day.year, first_day.month, first_day.day, tzinfo=timezone.utc),
-        datetime(day.year, day.month, day.day, tzinfo=timezone.utc)
-        + timedelta(days=1, hours=settings.alerts.horizon_hours),
+        datetime(day.year, day.month, day.day, tzinfo=timezone.utc) + timedelta(days=1, hours=settings.alerts.horizon_hours),
     )
     for r in top:
         section.charts.append(

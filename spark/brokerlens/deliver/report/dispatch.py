@@ -63,15 +63,17 @@ def dispatch_section(day: date, settings: Settings, headline: list[Number]) -> S
         "is starved. Charts: over-delivery per minute and the debt carried out, for the worst scopes.",
     )
     daily = day_rows("dispatch_daily", day)
-    s = first(daily.agg(
-        F.count(F.lit(1)).alias("scopes"),
-        F.sum(F.when(F.col("periods_over") > 0, 1).otherwise(0)).alias("scopes_over"),
-        F.sum("periods_over").alias("periods_over"),
-        F.sum("excess_msgs").alias("excess_msgs"),
-        F.sum("excess_bytes").alias("excess_bytes"),
-        F.max("max_debt_msgs").alias("max_debt_msgs"),
-        F.sum("periods_starved").alias("periods_starved"),
-    ))
+    s = first(
+        daily.agg(
+            F.count(F.lit(1)).alias("scopes"),
+            F.sum(F.when(F.col("periods_over") > 0, 1).otherwise(0)).alias("scopes_over"),
+            F.sum("periods_over").alias("periods_over"),
+            F.sum("excess_msgs").alias("excess_msgs"),
+            F.sum("excess_bytes").alias("excess_bytes"),
+            F.max("max_debt_msgs").alias("max_debt_msgs"),
+            F.sum("periods_starved").alias("periods_starved"),
+        )
+    )
     if not s["scopes"]:
         section.empty = f"No dispatch data for {day}: dispatch_daily has no rows for this day."
         headline.append(Number("scopes over quota", "no data"))
@@ -96,17 +98,33 @@ def dispatch_section(day: date, settings: Settings, headline: list[Number]) -> S
         return section
     section.tables.append(
         Table(
-            ["level", "scope", "periods over", "msgs over", "bytes over", "max debt msgs",
-             "max debt bytes", "starved", "closing debt msgs", "limiter",
-             "allowance used up / Pulsar throttled (msg, byte events)", "causes (share of msgs over)"],
+            [
+                "level",
+                "scope",
+                "periods over",
+                "msgs over",
+                "bytes over",
+                "max debt msgs",
+                "max debt bytes",
+                "starved",
+                "closing debt msgs",
+                "limiter",
+                "allowance used up / Pulsar throttled (msg, byte events)",
+                "causes (share of msgs over)",
+            ],
             [
                 [
-                    r["level"], scope_label(r["level"], r["broker"], r["topic"], r["subscription"]),
-                    fmt(r["periods_over"]), fmt(r["excess_msgs"]), fmt_bytes(r["excess_bytes"]),
-                    fmt(r["max_debt_msgs"]), fmt_bytes(r["max_debt_bytes"]), fmt(r["periods_starved"]),
-                    fmt(r["closing_debt_msgs"]), r["limiter_model"],
-                    f"{fmt(r['periods_exhausted'])} / {fmt(r['pulsar_throttled_msg_events'])}, "
-                    f"{fmt(r['pulsar_throttled_bytes_events'])}",
+                    r["level"],
+                    scope_label(r["level"], r["broker"], r["topic"], r["subscription"]),
+                    fmt(r["periods_over"]),
+                    fmt(r["excess_msgs"]),
+                    fmt_bytes(r["excess_bytes"]),
+                    fmt(r["max_debt_msgs"]),
+                    fmt_bytes(r["max_debt_bytes"]),
+                    fmt(r["periods_starved"]),
+                    fmt(r["closing_debt_msgs"]),
+                    r["limiter_model"],
+                    f"{fmt(r['periods_exhausted'])} / {fmt(r['pulsar_throttled_msg_events'])}, {fmt(r['pulsar_throttled_bytes_events'])}",
                     _causes(r),
                 ]
                 for r in rows
@@ -149,8 +167,7 @@ def _causes(r) -> str:
     """Main cause first, then the message shares of each cause."""
     shares = [
         f"{name} {pct(r[col])}"
-        for name, col in (("batch", "share_batch_msgs"), ("redelivery", "share_redelivery_msgs"),
-                          ("other", "share_other_msgs"))
+        for name, col in (("batch", "share_batch_msgs"), ("redelivery", "share_redelivery_msgs"), ("other", "share_other_msgs"))
         if r[col]
     ]
     main = f"main: {r['main_cause']}" if r["main_cause"] else ""

@@ -24,8 +24,15 @@ from .quarantine import quarantine_section
 SECTIONS = (dispatch_section, cursor_section, alert_section, producer_section, quarantine_section, quality_section)
 # The tables the report reads, listed with their Delta versions at the foot of the page.
 SOURCE_TABLES = (
-    "dispatch_daily", "dispatch_periods", "cursor_ranges", "hole_alerts", "alert_notifications",
-    "producer_lint", "producer_health", "quarantine", "validation_results",
+    "dispatch_daily",
+    "dispatch_periods",
+    "cursor_ranges",
+    "hole_alerts",
+    "alert_notifications",
+    "producer_lint",
+    "producer_health",
+    "quarantine",
+    "validation_results",
 )
 
 

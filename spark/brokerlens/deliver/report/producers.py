@@ -24,16 +24,20 @@ def producer_section(day: date, settings: Settings, headline: list[Number]) -> S
     )
     lint = day_rows("producer_lint", day)
     health = day_rows("producer_health", day)
-    s = first(lint.agg(
-        F.sum(F.when(F.col("severity") == "error", 1).otherwise(0)).alias("errors"),
-        F.sum(F.when(F.col("severity") == "warning", 1).otherwise(0)).alias("warnings"),
-        F.countDistinct("cluster", "topic", "producer_name").alias("producers_flagged"),
-    ))
-    h = first(health.agg(
-        F.count(F.lit(1)).alias("producers"),
-        F.sum("send_failed").alias("send_failed"),
-        F.sum(F.when(F.col("batch_fill_ratio") < 0.5, 1).otherwise(0)).alias("underfilled"),
-    ))
+    s = first(
+        lint.agg(
+            F.sum(F.when(F.col("severity") == "error", 1).otherwise(0)).alias("errors"),
+            F.sum(F.when(F.col("severity") == "warning", 1).otherwise(0)).alias("warnings"),
+            F.countDistinct("cluster", "topic", "producer_name").alias("producers_flagged"),
+        )
+    )
+    h = first(
+        health.agg(
+            F.count(F.lit(1)).alias("producers"),
+            F.sum("send_failed").alias("send_failed"),
+            F.sum(F.when(F.col("batch_fill_ratio") < 0.5, 1).otherwise(0)).alias("underfilled"),
+        )
+    )
     if not h["producers"] and not s["producers_flagged"]:
         section.empty = f"No producer data for {day}: producer_health and producer_lint have no rows for this day."
         headline.append(Number("producers with lint findings", "no data"))
@@ -56,8 +60,7 @@ def producer_section(day: date, settings: Settings, headline: list[Number]) -> S
         Table(
             ["producer", "topic", "severity", "rule", "setting", "configured", "suggested", "why"],
             [
-                [r["producer_name"], short_topic(r["topic"]), r["severity"], r["rule"], r["setting"],
-                 r["configured"], r["suggested"], r["message"]]
+                [r["producer_name"], short_topic(r["topic"]), r["severity"], r["rule"], r["setting"], r["configured"], r["suggested"], r["message"]]
                 for r in rows
             ],
             prose={7},
@@ -68,21 +71,41 @@ def producer_section(day: date, settings: Settings, headline: list[Number]) -> S
         else Table(["result"], [["Every producer configuration passed the rules."]])
     )
     watch = health.where(
-        (F.col("lint_findings") > 0) | (F.col("send_failed") > 0) | (F.col("batch_fill_ratio") < 0.5)
-        | (F.col("pending_saturation_share") > 0)
+        (F.col("lint_findings") > 0) | (F.col("send_failed") > 0) | (F.col("batch_fill_ratio") < 0.5) | (F.col("pending_saturation_share") > 0)
     ).orderBy(F.desc_nulls_last("send_failed"), F.asc_nulls_last("batch_fill_ratio"), "topic", "producer_name")
     rows, more = limited(watch, settings.report.max_rows)
     if rows:
         section.tables.append(
             Table(
-                ["producer", "topic", "partitions", "msgs sent", "msgs / batch", "batchingMaxMessages",
-                 "batch fill", "pending saturated", "send failed", "failures by kind", "p99 max ms",
-                 "partition skew"],
                 [
-                    [r["producer_name"], short_topic(r["topic"]), fmt(r["partitions"]), fmt(r["msgs_sent"]),
-                     fmt(r["msgs_per_batch"], 1), fmt(r["batching_max_messages"]), pct(r["batch_fill_ratio"]),
-                     pct(r["pending_saturation_share"]), fmt(r["send_failed"]), _failure_kinds(r),
-                     fmt(r["send_latency_ms_p99_max"], 1), fmt(r["partition_skew"], 2)]
+                    "producer",
+                    "topic",
+                    "partitions",
+                    "msgs sent",
+                    "msgs / batch",
+                    "batchingMaxMessages",
+                    "batch fill",
+                    "pending saturated",
+                    "send failed",
+                    "failures by kind",
+                    "p99 max ms",
+                    "partition skew",
+                ],
+                [
+                    [
+                        r["producer_name"],
+                        short_topic(r["topic"]),
+                        fmt(r["partitions"]),
+                        fmt(r["msgs_sent"]),
+                        fmt(r["msgs_per_batch"], 1),
+                        fmt(r["batching_max_messages"]),
+                        pct(r["batch_fill_ratio"]),
+                        pct(r["pending_saturation_share"]),
+                        fmt(r["send_failed"]),
+                        _failure_kinds(r),
+                        fmt(r["send_latency_ms_p99_max"], 1),
+                        fmt(r["partition_skew"], 2),
+                    ]
                     for r in rows
                 ],
                 numeric={2, 3, 4, 5, 6, 7, 8, 10, 11},
@@ -97,9 +120,12 @@ def producer_section(day: date, settings: Settings, headline: list[Number]) -> S
 def _failure_kinds(r) -> str:
     kinds = [
         f"{name} {r[col]:,}"
-        for name, col in (("ProducerQueueIsFullError", "send_failed_queue_full"),
-                          ("MemoryBufferIsFullError", "send_failed_memory_full"),
-                          ("TimeoutException", "send_failed_timeout"), ("other", "send_failed_other"))
+        for name, col in (
+            ("ProducerQueueIsFullError", "send_failed_queue_full"),
+            ("MemoryBufferIsFullError", "send_failed_memory_full"),
+            ("TimeoutException", "send_failed_timeout"),
+            ("other", "send_failed_other"),
+        )
         if r[col]
     ]
     return ", ".join(kinds) or "—"

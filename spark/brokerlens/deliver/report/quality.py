@@ -26,21 +26,21 @@ def quality_section(day: date, settings: Settings, headline: list[Number]) -> Se
     results = day_rows("validation_results", day)
     # Per table: the daily DAG validates bronze and silver in two runs.
     latest = (
-        results.withColumn("_last_run", F.max("run_at").over(Window.partitionBy("table_name")))
-        .where(F.col("run_at") == F.col("_last_run"))
-        .drop("_last_run")
+        results.withColumn("_last_run", F.max("run_at").over(Window.partitionBy("table_name"))).where(F.col("run_at") == F.col("_last_run")).drop("_last_run")
     )
     if latest.isEmpty():
         section.empty = f"No data-quality results for {day}: `brokerlens validate` has not run for this day."
         headline.append(Number("failed expectations", "no data"))
         return section
-    s = first(latest.agg(
-        F.count(F.lit(1)).alias("expectations"),
-        F.countDistinct("table_name").alias("tables"),
-        F.sum(F.when(~F.col("success") & (F.col("severity") == "critical"), 1).otherwise(0)).alias("critical"),
-        F.sum(F.when(~F.col("success") & (F.col("severity") != "critical"), 1).otherwise(0)).alias("warning"),
-        F.max("run_at").alias("run_at"),
-    ))
+    s = first(
+        latest.agg(
+            F.count(F.lit(1)).alias("expectations"),
+            F.countDistinct("table_name").alias("tables"),
+            F.sum(F.when(~F.col("success") & (F.col("severity") == "critical"), 1).otherwise(0)).alias("critical"),
+            F.sum(F.when(~F.col("success") & (F.col("severity") != "critical"), 1).otherwise(0)).alias("warning"),
+            F.max("run_at").alias("run_at"),
+        )
+    )
     failed = s["critical"] + s["warning"]
     section.numbers = [
         Number("expectations checked", fmt(s["expectations"])),
@@ -51,16 +51,16 @@ def quality_section(day: date, settings: Settings, headline: list[Number]) -> Se
     ]
     headline.append(Number("failed expectations", fmt(failed), "bad" if failed else "good"))
     rows, more = limited(
-        latest.where(~F.col("success")).orderBy(
-            F.when(F.col("severity") == "critical", 0).otherwise(1), "table_name", "expectation", "column_name"
-        ),
+        latest.where(~F.col("success")).orderBy(F.when(F.col("severity") == "critical", 0).otherwise(1), "table_name", "expectation", "column_name"),
         settings.report.max_rows,
     )
     section.tables.append(
         Table(
             ["table", "expectation", "column", "severity", "rows", "unexpected", "detail"],
-            [[r["table_name"], r["expectation"], r["column_name"] or "—", r["severity"], fmt(r["rows"]),
-              fmt(r["unexpected_count"]), r["detail"] or "—"] for r in rows],
+            [
+                [r["table_name"], r["expectation"], r["column_name"] or "—", r["severity"], fmt(r["rows"]), fmt(r["unexpected_count"]), r["detail"] or "—"]
+                for r in rows
+            ],
             numeric={4, 5},
             prose={6},
             caption="Failed expectations, critical first.",
@@ -69,15 +69,23 @@ def quality_section(day: date, settings: Settings, headline: list[Number]) -> Se
         if rows
         else Table(["result"], [[f"All {s['expectations']:,} expectations on {s['tables']:,} tables held."]])
     )
-    per_table = latest.groupBy("table_name").agg(
-        F.count(F.lit(1)).alias("expectations"),
-        F.sum(F.when(F.col("success"), 0).otherwise(1)).alias("failed"),
-        F.max("rows").alias("rows"),
-    ).orderBy(F.desc("failed"), "table_name")
+    per_table = (
+        latest.groupBy("table_name")
+        .agg(
+            F.count(F.lit(1)).alias("expectations"),
+            F.sum(F.when(F.col("success"), 0).otherwise(1)).alias("failed"),
+            F.max("rows").alias("rows"),
+        )
+        .orderBy(F.desc("failed"), "table_name")
+    )
     tables, more = limited(per_table, settings.report.max_rows)
     section.tables.append(
-        Table(["table", "expectations", "failed", "rows"],
-              [[t["table_name"], fmt(t["expectations"]), fmt(t["failed"]), fmt(t["rows"])] for t in tables],
-              numeric={1, 2, 3}, caption="Per table.", more=more)
+        Table(
+            ["table", "expectations", "failed", "rows"],
+            [[t["table_name"], fmt(t["expectations"]), fmt(t["failed"]), fmt(t["rows"])] for t in tables],
+            numeric={1, 2, 3},
+            caption="Per table.",
+            more=more,
+        )
     )
     return section

@@ -29,9 +29,7 @@ def quarantine_section(day: date, settings: Settings, headline: list[Number]) ->
         return section
     section.numbers = [Number("records quarantined", fmt(total), "bad")]
     section.tables.append(
-        Table(["stage", "kind", "reason", "records"],
-              [[r["stage"], r["kind"], r["reason"], fmt(r["count"])] for r in rows],
-              numeric={3}, more=more)
+        Table(["stage", "kind", "reason", "records"], [[r["stage"], r["kind"], r["reason"], fmt(r["count"])] for r in rows], numeric={3}, more=more)
     )
     examples, more = limited(q.orderBy("source_file", "line"), min(10, settings.report.max_rows))
     section.tables.append(

@@ -41,9 +41,7 @@ def build_dispatch(day: date, settings: Settings) -> StageResult:
         following = current + timedelta(days=1)
         if not changed or following not in built:
             break
-        result.lines.append(
-            f"dispatch: closing debt of {current} changed; re-building {following} from it"
-        )
+        result.lines.append(f"dispatch: closing debt of {current} changed; re-building {following} from it")
         log.info("closing debt of %s changed: re-building %s", current, following)
         current, first = following, False
     if current != day:
@@ -67,15 +65,11 @@ def _build_one(day: date, settings: Settings, result: StageResult, summary: bool
 
     models = _day_models(day, settings, intervals, opening).cache()
     # The day before too: the latest snapshot at or before the day's first periods.
-    snapshots = read_table("cursor_snapshots", settings=settings).where(
-        F.col("day").between(F.lit(day - timedelta(days=1)), F.lit(day))
-    )
+    snapshots = read_table("cursor_snapshots", settings=settings).where(F.col("day").between(F.lit(day - timedelta(days=1)), F.lit(day)))
     partition = [{"day": day}]
     result.writes.append(
         write_table(
-            dispatch_periods(
-                intervals, limits, opening, models, backlog_intervals(snapshots), cursor_states(snapshots, models)
-            ),
+            dispatch_periods(intervals, limits, opening, models, backlog_intervals(snapshots), cursor_states(snapshots, models)),
             "dispatch_periods",
             "replace",
             partition,
@@ -111,9 +105,7 @@ def _build_one(day: date, settings: Settings, result: StageResult, summary: bool
             for r in models.orderBy("cluster", "broker").collect()  # one row per broker
         )
         if opening.limit(1).count() == 0:
-            result.lines.append(
-                f"dispatch: no debt_state rows for {day - timedelta(days=1)}: started from zero debt"
-            )
+            result.lines.append(f"dispatch: no debt_state rows for {day - timedelta(days=1)}: started from zero debt")
     opening.unpersist()
     previous.unpersist()
     closing.unpersist()
@@ -134,6 +126,4 @@ def _day_models(day: date, settings: Settings, intervals: DataFrame, opening: Da
         BACKLOGGED_THRESHOLD_KEY: cfg.managed_ledger_cursor_backlogged_threshold,
     }
     rules = counting_rules(brokers, policies, day, defaults)
-    return limiter_models(brokers, policies, metrics, day, cfg.limiter_model).join(
-        rules, ["cluster", "broker"], "left"
-    )
+    return limiter_models(brokers, policies, metrics, day, cfg.limiter_model).join(rules, ["cluster", "broker"], "left")

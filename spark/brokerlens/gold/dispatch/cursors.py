@@ -72,9 +72,7 @@ def cursor_states(snapshots: DataFrame, models: DataFrame) -> DataFrame:
     )  # fmt: skip
     frames = []
     for level, keys in (("subscription", ["topic", "subscription"]), ("topic", ["topic"]), ("broker", [])):
-        agg = snaps.groupBy("cluster", "broker", *keys, "snapshot_at").agg(
-            F.min("_up").alias("_all"), F.max("_up").alias("_any")
-        )
+        agg = snaps.groupBy("cluster", "broker", *keys, "snapshot_at").agg(F.min("_up").alias("_all"), F.max("_up").alias("_any"))
         frames.append(
             agg.select(
                 F.lit(level).alias("level"),
@@ -137,8 +135,11 @@ def with_starved_empty(rows: DataFrame, backlog: DataFrame | None) -> DataFrame:
         .select(*SCOPE, "_g_owner", "_g_from", "_g_p", "_g_n", _backlog_key().alias("_bk"))
     )
     b = backlog.select(
-        F.col("level").alias("b_level"), F.col("cluster").alias("b_cluster"), F.col("_bk").alias("b_bk"),
-        "from_us", "to_us",
+        F.col("level").alias("b_level"),
+        F.col("cluster").alias("b_cluster"),
+        F.col("_bk").alias("b_bk"),
+        "from_us",
+        "to_us",
     )
     g_to = F.col("_g_from") + F.col("_g_n") * F.col("_g_p")
     joined = gaps.join(
@@ -151,6 +152,7 @@ def with_starved_empty(rows: DataFrame, backlog: DataFrame | None) -> DataFrame:
     )
     lo = F.greatest(F.col("from_us"), F.col("_g_from")) - F.col("_g_from")
     hi = F.least(F.coalesce(F.col("to_us"), g_to), g_to) - F.col("_g_from")
+
     # Period starts _g_from + k * p (k >= 0) inside [lo, hi): ceil(hi / p) - ceil(lo / p).
     def ceil_div(x: Column) -> Column:
         return F.floor((x + F.col("_g_p") - 1) / F.col("_g_p"))

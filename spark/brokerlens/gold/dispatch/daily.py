@@ -35,13 +35,7 @@ def throttle_events(topic_stats: DataFrame) -> DataFrame:
             c = F.col(f"dispatch_throttled_{unit}_events_by_{level}_limit")
             before = F.lag(c).over(series)
             # First snapshot of the day: no increase seen yet (0); reset: counted from 0.
-            columns.append(
-                F.when(c.isNull(), F.lit(None))
-                .when(before.isNull(), F.lit(0))
-                .when(c >= before, c - before)
-                .otherwise(c)
-                .alias(f"{level}_{unit}")
-            )
+            columns.append(F.when(c.isNull(), F.lit(None)).when(before.isNull(), F.lit(0)).when(c >= before, c - before).otherwise(c).alias(f"{level}_{unit}"))
     deltas = subs.select("cluster", "broker", "topic", "subscription", *columns)
 
     def per(level: str, keys: list[str]) -> DataFrame:
@@ -135,14 +129,10 @@ def dispatch_daily(
             F.col("r_pulsar_throttled_bytes_events").alias("pulsar_throttled_bytes_events"),
         )
     else:
-        out = out.withColumn("pulsar_throttled_msg_events", F.lit(None).cast("long")).withColumn(
-            "pulsar_throttled_bytes_events", F.lit(None).cast("long")
-        )
+        out = out.withColumn("pulsar_throttled_msg_events", F.lit(None).cast("long")).withColumn("pulsar_throttled_bytes_events", F.lit(None).cast("long"))
 
     if models is not None:
-        m = models.select(
-            F.col("cluster").alias("m_cluster"), F.col("broker").alias("m_broker"), "limiter_model_source"
-        )
+        m = models.select(F.col("cluster").alias("m_cluster"), F.col("broker").alias("m_broker"), "limiter_model_source")
         cond = (F.col("cluster") == F.col("m_cluster")) & F.col("broker").eqNullSafe(F.col("m_broker"))
         out = out.join(F.broadcast(m), cond, "left").drop("m_cluster", "m_broker")
     else:
@@ -173,9 +163,7 @@ def dispatch_daily(
     main = F.lit(None).cast("string")
     for label, value in reversed(causes):  # first listed wins a tie
         main = F.when(F.coalesce(value, F.lit(-1.0)) == best, F.lit(label)).otherwise(main)
-    out = out.withColumn(
-        "main_cause", F.when((F.col("excess_msgs") > 0) | (F.col("excess_bytes") > 0), main)
-    )
+    out = out.withColumn("main_cause", F.when((F.col("excess_msgs") > 0) | (F.col("excess_bytes") > 0), main))
     return out.drop("_batch_msgs", "_redelivery_msgs", "_redelivery_bytes", "_approx_bytes")
 
 
@@ -185,9 +173,7 @@ def worst_scopes(daily: DataFrame, limit: int = 10) -> DataFrame:
     For ``brokerlens build`` output, the report and alerts (``read_table("dispatch_daily")``
     filtered to a day, then this)."""
     return (
-        daily.where(
-            "periods_over > 0 OR periods_starved > 0 OR closing_debt_msgs > 0 OR closing_debt_bytes > 0"
-        )
+        daily.where("periods_over > 0 OR periods_starved > 0 OR closing_debt_msgs > 0 OR closing_debt_bytes > 0")
         .orderBy(
             F.col("periods_over").desc(),
             F.col("excess_msgs").desc(),

@@ -33,15 +33,8 @@ def closing_debt(
         .where("_n = 1")
         .select(
             *SCOPE,
-            (F.unix_micros("period_start") + round_half_up(F.col("interval_seconds") * US)).alias(
-                "at_us"
-            ),
-            *[
-                F.coalesce(F.col(f"{m}_limit") - F.col(f"tokens_out_{name}"), F.col(f"debt_out_{name}")).alias(
-                    f"debt_{name}"
-                )
-                for name, m in MEASURES
-            ],
+            (F.unix_micros("period_start") + round_half_up(F.col("interval_seconds") * US)).alias("at_us"),
+            *[F.coalesce(F.col(f"{m}_limit") - F.col(f"tokens_out_{name}"), F.col(f"debt_out_{name}")).alias(f"debt_{name}") for name, m in MEASURES],
             F.col("period_start").alias("last_period_start"),
             "limiter_model",
         )
@@ -68,17 +61,11 @@ def closing_debt(
         reset = (
             F.col(f"a_{m}_q").isNull()
             | F.col(f"e_{m}_q").isNull()
-            | F.when(tb, F.col(f"e_{m}_seg_tb") != F.col(f"a_{m}_seg_tb")).otherwise(
-                F.col(f"e_{m}_seg") != F.col(f"a_{m}_seg")
-            )
+            | F.when(tb, F.col(f"e_{m}_seg_tb") != F.col(f"a_{m}_seg_tb")).otherwise(F.col(f"e_{m}_seg") != F.col(f"a_{m}_seg"))
         )
         drain = quota_until(m, F.col("_end_us"), "e_") - quota_until(m, F.col("at_us"), "a_")
         out = out.withColumn(
             f"debt_{name}",
-            F.when(reset, F.lit(0)).otherwise(
-                F.greatest(F.lit(0), F.col(f"debt_{name}") - F.greatest(F.lit(0), drain))
-            ),
+            F.when(reset, F.lit(0)).otherwise(F.greatest(F.lit(0), F.col(f"debt_{name}") - F.greatest(F.lit(0), drain))),
         )
-    return out.select(
-        F.lit(day).cast("date").alias("day"), *SCOPE, "debt_msgs", "debt_bytes", "last_period_start", "limiter_model"
-    )
+    return out.select(F.lit(day).cast("date").alias("day"), *SCOPE, "debt_msgs", "debt_bytes", "last_period_start", "limiter_model")

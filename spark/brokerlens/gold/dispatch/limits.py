@@ -28,9 +28,7 @@ def limit_timeline(limits: DataFrame) -> DataFrame:
         limits.select(
             F.col("level").alias("lk_level"),
             F.col("cluster").alias("lk_cluster"),
-            F.when(F.col("level") == "broker", F.col("broker"))
-            .otherwise(F.col("topic"))
-            .alias("lk_key"),
+            F.when(F.col("level") == "broker", F.col("broker")).otherwise(F.col("topic")).alias("lk_key"),
             F.unix_micros("valid_from").alias("from_us"),
             F.greatest(F.col("period_seconds"), F.lit(1)).alias("period_seconds"),
             "count_entries",
@@ -57,18 +55,18 @@ def limit_timeline(limits: DataFrame) -> DataFrame:
             F.col(f"{m}_q").isNotNull() & F.col("eff_to_us").isNotNull(),
             _prorate(F.col(f"{m}_q"), F.col("eff_to_us") - F.col("eff_from_us"), F.col("p_us")),
         ).otherwise(F.lit(0))
-        staged = staged.withColumn(
-            f"{m}_cum", F.coalesce(F.sum(span).over(before), F.lit(0)).cast("long")
-        ).withColumn(
-            f"{m}_seg",
-            F.sum(F.col(f"{m}_q").isNull().cast("int")).over(upto).cast("long"),
-        ).withColumn(
-            # Token bucket: every rate change builds a new, full bucket. The scope's first row
-            # (the limit in force at midnight) is carried over, not a change.
-            f"{m}_seg_tb",
-            F.sum((F.col(f"{m}_q").isNull() | (F.col("_rn") > 1)).cast("int"))
-            .over(upto)
-            .cast("long"),
+        staged = (
+            staged.withColumn(f"{m}_cum", F.coalesce(F.sum(span).over(before), F.lit(0)).cast("long"))
+            .withColumn(
+                f"{m}_seg",
+                F.sum(F.col(f"{m}_q").isNull().cast("int")).over(upto).cast("long"),
+            )
+            .withColumn(
+                # Token bucket: every rate change builds a new, full bucket. The scope's first row
+                # (the limit in force at midnight) is carried over, not a change.
+                f"{m}_seg_tb",
+                F.sum((F.col(f"{m}_q").isNull() | (F.col("_rn") > 1)).cast("int")).over(upto).cast("long"),
+            )
         )
     return staged.drop("_rank", "_rn", "from_us")
 
@@ -108,7 +106,5 @@ def with_limit(df: DataFrame, timeline: DataFrame, at_us: str, prefix: str) -> D
 def quota_until(m: str, at_us: Column, prefix: str) -> Column:
     """Q(t): quota of all periods of the limit scope before ``at_us``, using the joined row."""
     q = F.col(f"{prefix}{m}_q")
-    inside = F.when(
-        q.isNotNull(), _prorate(q, at_us - F.col(f"{prefix}eff_from_us"), F.col(f"{prefix}p_us"))
-    ).otherwise(F.lit(0))
+    inside = F.when(q.isNotNull(), _prorate(q, at_us - F.col(f"{prefix}eff_from_us"), F.col(f"{prefix}p_us"))).otherwise(F.lit(0))
     return F.col(f"{prefix}{m}_cum") + inside

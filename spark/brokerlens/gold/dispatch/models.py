@@ -25,9 +25,7 @@ def config_by_end_of(brokers: DataFrame, policies: DataFrame, keys: list[str], d
     return brokers.join(found, ["cluster", "broker"], "left")
 
 
-def limiter_models(
-    brokers: DataFrame, policies: DataFrame, metrics: DataFrame, day: date, override: str = "auto"
-) -> DataFrame:
+def limiter_models(brokers: DataFrame, policies: DataFrame, metrics: DataFrame, day: date, override: str = "auto") -> DataFrame:
     """The dispatch rate limiter each broker runs on ``day``: (cluster, broker, limiter_model,
     limiter_model_source).
 
@@ -37,16 +35,11 @@ def limiter_models(
     >= 3.2 token bucket) > classic. ``brokers``: the (cluster, broker) pairs to resolve.
     """
     if override != "auto":
-        return brokers.select(
-            "cluster", "broker", F.lit(override).alias("limiter_model"), F.lit("settings").alias("limiter_model_source")
-        )
+        return brokers.select("cluster", "broker", F.lit(override).alias("limiter_model"), F.lit("settings").alias("limiter_model_source"))
     versions = version_choice(metrics, day, TOKEN_BUCKET_SINCE, TOKEN_BUCKET, CLASSIC)
     factory = F.col(FACTORY_KEY)
     # Pulsar's factories: DispatchRateLimiterFactoryClassic / ...AsyncTokenBucket.
-    config = (
-        F.when(factory.endswith("Classic"), F.lit(CLASSIC))
-        .when(factory.endswith("AsyncTokenBucket"), F.lit(TOKEN_BUCKET))
-    )
+    config = F.when(factory.endswith("Classic"), F.lit(CLASSIC)).when(factory.endswith("AsyncTokenBucket"), F.lit(TOKEN_BUCKET))
     resolved = config_by_end_of(brokers, policies, [FACTORY_KEY], day).join(
         versions, (F.col("cluster") == F.col("v_cluster")) & (F.col("broker") == F.col("v_broker")), "left"
     )
@@ -98,9 +91,7 @@ def counting_rules(brokers: DataFrame, policies: DataFrame, day: date, defaults:
         "cluster",
         "broker",
         *columns,
-        F.when(listed == "", F.lit("settings")).otherwise(F.concat(F.lit("broker-config "), listed)).alias(
-            "counting_rules_source"
-        ),
+        F.when(listed == "", F.lit("settings")).otherwise(F.concat(F.lit("broker-config "), listed)).alias("counting_rules_source"),
     )
 
 
@@ -120,9 +111,7 @@ def with_model(rows: DataFrame, models: DataFrame | None) -> DataFrame:
         *[F.col(c).alias(f"m_{c}") for c in carried],
     )
     cond = (rows["cluster"] == m["m_cluster"]) & rows["broker"].eqNullSafe(m["m_broker"])
-    joined = rows.join(F.broadcast(m), cond, "left").withColumn(
-        "limiter_model", F.coalesce("m_model", F.lit(CLASSIC))
-    )
+    joined = rows.join(F.broadcast(m), cond, "left").withColumn("limiter_model", F.coalesce("m_model", F.lit(CLASSIC)))
     for c, default in rules.items():
         value = F.coalesce(F.col(f"m_{c}"), F.lit(default)) if c in carried else F.lit(default)
         joined = joined.withColumn(c, value)

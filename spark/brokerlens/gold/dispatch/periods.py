@@ -112,9 +112,7 @@ def dispatch_periods(
     )
     rows = rows.withColumn("count_unit", count_unit).withColumn(
         "_unit_msgs",
-        F.when(F.col("is_record") & (F.col("count_unit") == "entries"), F.col("entries")).otherwise(
-            F.col("msgs")
-        ),
+        F.when(F.col("is_record") & (F.col("count_unit") == "entries"), F.col("entries")).otherwise(F.col("msgs")),
     )
     # Every operator from here on copies the rows it passes on (shuffle, sort, the scan):
     # only what the recursion and the output need goes on, the quota integrated up to the row's
@@ -180,49 +178,47 @@ def dispatch_periods(
             .withColumn(f"tokens_out_{name}", F.when(limited & token_bucket, cap - x_out))
         )
     rows = rows.where(F.col("source") != CURSOR_SOURCE)
-    out = rows.transform(lambda r: with_starved_empty(r, backlog)).where("is_record").transform(_over_causes).select(
-        "day",
-        *SCOPE,
-        "period_start",
-        "interval_seconds",
-        "grain",
-        "rate_period_seconds",
-        "count_unit",
-        "msgs",
-        "bytes",
-        "entries",
-        "redelivered_msgs",
-        "counted_msgs",
-        "msg_limit",
-        "byte_limit",
-        "quota_msgs",
-        "quota_bytes",
-        *[
-            f"{c}_{name}"
-            for name, _ in MEASURES
-            for c in ("debt_in", "allowed", "over", "debt_out")
-        ],
-        (
-            (F.col("charge_rule") != NOT_CHARGED)
-            & (
-                F.coalesce(F.col("allowed_msgs") == 0, F.lit(False))
-                | F.coalesce(F.col("allowed_bytes") == 0, F.lit(False))
-            )
-        ).alias("starved"),
-        "starved_empty_periods",
-        "over_batch_msgs",
-        "over_redelivery_msgs",
-        "over_redelivery_bytes",
-        "over_approx_bytes",
-        "msg_source",
-        "byte_source",
-        "source",
-        "limiter_model",
-        "tokens_out_msgs",
-        "tokens_out_bytes",
-        "counted_bytes",
-        "charge_rule",
-        "filtered_entries_charged",
+    out = (
+        rows.transform(lambda r: with_starved_empty(r, backlog))
+        .where("is_record")
+        .transform(_over_causes)
+        .select(
+            "day",
+            *SCOPE,
+            "period_start",
+            "interval_seconds",
+            "grain",
+            "rate_period_seconds",
+            "count_unit",
+            "msgs",
+            "bytes",
+            "entries",
+            "redelivered_msgs",
+            "counted_msgs",
+            "msg_limit",
+            "byte_limit",
+            "quota_msgs",
+            "quota_bytes",
+            *[f"{c}_{name}" for name, _ in MEASURES for c in ("debt_in", "allowed", "over", "debt_out")],
+            (
+                (F.col("charge_rule") != NOT_CHARGED)
+                & (F.coalesce(F.col("allowed_msgs") == 0, F.lit(False)) | F.coalesce(F.col("allowed_bytes") == 0, F.lit(False)))
+            ).alias("starved"),
+            "starved_empty_periods",
+            "over_batch_msgs",
+            "over_redelivery_msgs",
+            "over_redelivery_bytes",
+            "over_approx_bytes",
+            "msg_source",
+            "byte_source",
+            "source",
+            "limiter_model",
+            "tokens_out_msgs",
+            "tokens_out_bytes",
+            "counted_bytes",
+            "charge_rule",
+            "filtered_entries_charged",
+        )
     )
     return out
 

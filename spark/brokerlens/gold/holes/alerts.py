@@ -52,8 +52,11 @@ def _fmt(col: str) -> Column:
 def _mode_text() -> Column:
     """E.g. "persisted as long-array, long-array mode from version 4.1.2"."""
     return F.concat(
-        F.lit("persisted as "), F.coalesce(F.col("persisted_as"), F.lit("unknown")), F.lit(", "),
-        F.coalesce(F.col("persist_mode"), F.lit("unknown")), F.lit(" mode from "),
+        F.lit("persisted as "),
+        F.coalesce(F.col("persisted_as"), F.lit("unknown")),
+        F.lit(", "),
+        F.coalesce(F.col("persist_mode"), F.lit("unknown")),
+        F.lit(" mode from "),
         F.coalesce(F.col("persist_mode_source"), F.lit("unknown")),
     )
 
@@ -64,12 +67,26 @@ def daily_alerts(ranges: DataFrame, alerts: AlertSettings) -> DataFrame:
     peak = F.struct(F.col("ranges"), F.col("snapshot_at"))
     last = F.col("snapshot_at")
     at_peak = [
-        "snapshot_at", "cap", "cap_source", "over_cap", "exposure_entries", "serialized_bytes",
-        "persist_mode", "persist_mode_source", "persisted_as",
+        "snapshot_at",
+        "cap",
+        "cap_source",
+        "over_cap",
+        "exposure_entries",
+        "serialized_bytes",
+        "persist_mode",
+        "persist_mode_source",
+        "persisted_as",
     ]
     at_last = [
-        "namespace", "subscription_type", "growth_per_hour", "hours_to_cap", "forecast_cap_at",
-        "unacked_messages", "msg_backlog", "warning_threshold", "horizon_hours",
+        "namespace",
+        "subscription_type",
+        "growth_per_hour",
+        "hours_to_cap",
+        "forecast_cap_at",
+        "unacked_messages",
+        "msg_backlog",
+        "warning_threshold",
+        "horizon_hours",
     ]
     agg = df.groupBy(*KEY).agg(
         F.max("ranges").alias("ranges"),
@@ -90,36 +107,63 @@ def daily_alerts(ranges: DataFrame, alerts: AlertSettings) -> DataFrame:
     trend = F.when(
         forecast_hit,
         F.concat(
-            F.lit("; growing "), F.format_number("growth_per_hour", 0), F.lit(" ranges/h, cap reached in "),
-            F.format_number("hours_to_cap", 1), F.lit(" h (at "),
-            F.date_format("forecast_cap_at", "yyyy-MM-dd HH:mm 'UTC'"), F.lit(")"),
+            F.lit("; growing "),
+            F.format_number("growth_per_hour", 0),
+            F.lit(" ranges/h, cap reached in "),
+            F.format_number("hours_to_cap", 1),
+            F.lit(" h (at "),
+            F.date_format("forecast_cap_at", "yyyy-MM-dd HH:mm 'UTC'"),
+            F.lit(")"),
         ),
     ).otherwise(F.lit(""))
     reason = (
         F.when(
             F.col("severity") == "critical",
             F.concat(
-                _fmt("ranges"), F.lit(" ranges at "), at,
+                _fmt("ranges"),
+                F.lit(" ranges at "),
+                at,
                 F.when(F.col("ranges") >= F.col("cap"), F.lit(" >= cap ")).otherwise(F.lit(" < cap ")),
-                _fmt("cap"), F.lit(" ("), F.col("cap_source"), F.lit("): "), _fmt("over_cap"),
+                _fmt("cap"),
+                F.lit(" ("),
+                F.col("cap_source"),
+                F.lit("): "),
+                _fmt("over_cap"),
                 F.lit(" ranges over the cap, "),
                 F.coalesce(_fmt("exposure_entries"), F.lit("an unknown number of")),
-                F.lit(" acknowledged entries redelivered on a topic reload ("), _mode_text(), F.lit("); serialized "),
-                _fmt("serialized_bytes"), F.lit(" bytes"), trend,
+                F.lit(" acknowledged entries redelivered on a topic reload ("),
+                _mode_text(),
+                F.lit("); serialized "),
+                _fmt("serialized_bytes"),
+                F.lit(" bytes"),
+                trend,
             ),
         )
         .when(
             F.col("severity") == "warning",
             F.concat(
-                _fmt("ranges"), F.lit(" ranges at "), at, F.lit(" >= warning threshold "),
-                _fmt("warning_threshold"), F.lit(" (cap "), _fmt("cap"), F.lit(")"), trend,
+                _fmt("ranges"),
+                F.lit(" ranges at "),
+                at,
+                F.lit(" >= warning threshold "),
+                _fmt("warning_threshold"),
+                F.lit(" (cap "),
+                _fmt("cap"),
+                F.lit(")"),
+                trend,
             ),
         )
         .when(
             F.col("severity") == "forecast",
             F.concat(
-                _fmt("ranges_last"), F.lit(" ranges (cap "), _fmt("cap"), F.lit(")"), trend,
-                F.lit(", within the "), F.format_number("horizon_hours", 0), F.lit(" h horizon"),
+                _fmt("ranges_last"),
+                F.lit(" ranges (cap "),
+                _fmt("cap"),
+                F.lit(")"),
+                trend,
+                F.lit(", within the "),
+                F.format_number("horizon_hours", 0),
+                F.lit(" h horizon"),
             ),
         )
     )
@@ -131,12 +175,7 @@ def daily_alerts(ranges: DataFrame, alerts: AlertSettings) -> DataFrame:
         .otherwise(F.lit("unknown"))
     )
     hint = F.create_map(*(F.lit(x) for kv in HINTS.items() for x in kv))[F.col("hint_scenario")]
-    return (
-        agg.withColumn("severity", severity)
-        .withColumn("reason", reason)
-        .withColumn("hint_scenario", scenario)
-        .withColumn("hint", hint)
-    )
+    return agg.withColumn("severity", severity).withColumn("reason", reason).withColumn("hint_scenario", scenario).withColumn("hint", hint)
 
 
 def with_state(today: DataFrame, previous: DataFrame, notified: DataFrame, day: date) -> DataFrame:
@@ -179,9 +218,15 @@ def with_state(today: DataFrame, previous: DataFrame, notified: DataFrame, day: 
         ),
     ).otherwise(
         F.concat(
-            F.lit("resolved: peak "), _fmt("ranges"), F.lit(" ranges < warning threshold "),
-            _fmt("warning_threshold"), F.lit(", cap "), _fmt("cap"), F.lit(" not reached within "),
-            F.format_number("horizon_hours", 0), F.lit(" h at the current trend"),
+            F.lit("resolved: peak "),
+            _fmt("ranges"),
+            F.lit(" ranges < warning threshold "),
+            _fmt("warning_threshold"),
+            F.lit(", cap "),
+            _fmt("cap"),
+            F.lit(" not reached within "),
+            F.format_number("horizon_hours", 0),
+            F.lit(" h at the current trend"),
         )
     )
     sent = notified.filter(F.col("day") == F.lit(day)).select(*KEY).distinct().withColumn("sent", F.lit(True))
@@ -208,8 +253,7 @@ def with_state(today: DataFrame, previous: DataFrame, notified: DataFrame, day: 
     )
 
 
-def hole_alerts_frame(ranges: DataFrame, previous_alerts: DataFrame, notified: DataFrame, day: date,
-                      alerts: AlertSettings) -> DataFrame:
+def hole_alerts_frame(ranges: DataFrame, previous_alerts: DataFrame, notified: DataFrame, day: date, alerts: AlertSettings) -> DataFrame:
     from brokerlens.platform.schemas import table_schema
 
     frame = with_state(daily_alerts(ranges, alerts), previous_alerts, notified, day)

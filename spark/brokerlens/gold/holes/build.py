@@ -21,14 +21,17 @@ QUARANTINE_RAW_CHARS = 64 * 1024
 
 def _quarantine_rows(malformed: DataFrame, day: date) -> DataFrame:
     detail = F.concat(
-        F.lit("individuallyDeletedMessages of "), F.col("topic"), F.lit(" subscription "), F.col("subscription"),
-        F.lit(" at "), F.date_format("snapshot_at", "yyyy-MM-dd'T'HH:mm:ss'Z'"), F.lit(": "),
+        F.lit("individuallyDeletedMessages of "),
+        F.col("topic"),
+        F.lit(" subscription "),
+        F.col("subscription"),
+        F.lit(" at "),
+        F.date_format("snapshot_at", "yyyy-MM-dd'T'HH:mm:ss'Z'"),
+        F.lit(": "),
         F.when(
             ~F.col("outline_ok"),
             F.lit("not a list of (ledger:entry..ledger:entry] ranges in [ ], separated by commas"),
-        ).otherwise(
-            F.concat(F.col("bad_ranges").cast("string"), F.lit(" range(s) empty, overlapping or out of order"))
-        ),
+        ).otherwise(F.concat(F.col("bad_ranges").cast("string"), F.lit(" range(s) empty, overlapping or out of order"))),
         F.lit("; ranges fall back to the reported count "),
         F.coalesce(F.col("ranges_reported").cast("string"), F.lit("(none reported)")),
     )
@@ -47,12 +50,8 @@ def _quarantine_rows(malformed: DataFrame, day: date) -> DataFrame:
 
 def replace_quarantine(rows: DataFrame, day: date, stage: str, kind: str) -> WriteResult:
     """Replace this (day, stage, kind)'s quarantine rows, keeping other kinds of the same stage."""
-    others = read_table("quarantine").filter(
-        (F.col("day") == F.lit(day)) & (F.col("stage") == stage) & (F.col("kind") != kind)
-    )
-    return write_table(
-        others.unionByName(rows), "quarantine", mode="replace", partitions=[{"day": day, "stage": stage}]
-    )
+    others = read_table("quarantine").filter((F.col("day") == F.lit(day)) & (F.col("stage") == stage) & (F.col("kind") != kind))
+    return write_table(others.unionByName(rows), "quarantine", mode="replace", partitions=[{"day": day, "stage": stage}])
 
 
 def build_holes(day: date, settings: Settings) -> StageResult:
@@ -64,9 +63,7 @@ def build_holes(day: date, settings: Settings) -> StageResult:
     snapshots = read_table("cursor_snapshots").filter(on_day)
     rows, _ = cursor_ranges_frame(snapshots, day, alerts)
     window_start = datetime.combine(day, time(), tzinfo=timezone.utc) - timedelta(hours=alerts.growth_window_hours)
-    previous = read_table("cursor_ranges").filter(
-        (F.col("day") == F.lit(day - timedelta(days=1))) & (F.col("snapshot_at") >= F.lit(window_start))
-    )
+    previous = read_table("cursor_ranges").filter((F.col("day") == F.lit(day - timedelta(days=1))) & (F.col("snapshot_at") >= F.lit(window_start)))
     cursor_ranges = with_growth(rows, previous, day, alerts).select(*table_schema("cursor_ranges").column_names)
     result.writes.append(write_table(cursor_ranges, "cursor_ranges", mode="replace", partitions=[{"day": day}]))
     built = read_table("cursor_ranges").filter(on_day)
@@ -75,9 +72,7 @@ def build_holes(day: date, settings: Settings) -> StageResult:
     # (and a re-run that finds none clears the earlier rows).
     bad_keys = built.filter("ranges_malformed").select(*SNAPSHOT_KEY)
     result.metrics["malformed_ranges"] = bad_keys.count()
-    quarantined_before = read_table("quarantine").filter(
-        on_day & (F.col("stage") == "build") & (F.col("kind") == "cursor_ranges")
-    )
+    quarantined_before = read_table("quarantine").filter(on_day & (F.col("stage") == "build") & (F.col("kind") == "cursor_ranges"))
     if result.metrics["malformed_ranges"] or not quarantined_before.isEmpty():
         _, malformed = cursor_ranges_frame(snapshots.join(bad_keys, SNAPSHOT_KEY, "left_semi"), day, alerts)
         result.writes.append(replace_quarantine(_quarantine_rows(malformed, day), day, "build", "cursor_ranges"))

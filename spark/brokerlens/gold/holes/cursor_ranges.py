@@ -70,29 +70,35 @@ def cursor_ranges_frame(snapshots: DataFrame, day: date, alerts: AlertSettings) 
         .when(F.col("long_array_ledgers") > 0, F.lit(LONG_ARRAY))
     )
     range_exposure = F.when(no_ranges, zero).otherwise(F.col("exposure_entries"))
-    exposure = F.when(F.col("persisted_as") == LONG_ARRAY, F.col("long_array_exposure")).when(
-        F.col("persisted_as").isNotNull(), range_exposure
-    )
+    exposure = F.when(F.col("persisted_as") == LONG_ARRAY, F.col("long_array_exposure")).when(F.col("persisted_as").isNotNull(), range_exposure)
     long_array_size = F.col("persisted_as").isin(LONG_ARRAY, METADATA_STORE)
     out = joined.withColumn("persisted_as", persisted_as).select(
-        "day", "snapshot_at", "cluster", "broker", "namespace", "topic", "subscription",
-        "subscription_type", "mark_delete_position",
+        "day",
+        "snapshot_at",
+        "cluster",
+        "broker",
+        "namespace",
+        "topic",
+        "subscription",
+        "subscription_type",
+        "mark_delete_position",
         ranges.alias("ranges"),
         F.when(parsed_ok, F.lit("individuallyDeletedMessages")).otherwise(reported_source).alias("ranges_source"),
-        "ranges_reported", "ranges_malformed", "cap", "cap_source",
+        "ranges_reported",
+        "ranges_malformed",
+        "cap",
+        "cap_source",
         F.greatest(ranges - F.col("cap"), zero).alias("over_cap"),
-        "persist_mode", "persist_mode_source", "persisted_as",
-        F.when(parsed_ok & long_array, F.coalesce("long_array_ledgers", F.when(no_ranges, F.lit(0)))).alias(
-            "long_array_ledgers"
-        ),
+        "persist_mode",
+        "persist_mode_source",
+        "persisted_as",
+        F.when(parsed_ok & long_array, F.coalesce("long_array_ledgers", F.when(no_ranges, F.lit(0)))).alias("long_array_ledgers"),
         "metadata_store_cap",
         (ranges <= F.col("metadata_store_cap")).alias("closes_to_metadata_store"),
         F.when(parsed_ok, exposure).alias("exposure_entries"),
         F.when(parsed_ok, F.when(no_ranges, zero).otherwise(F.col("acked_entries"))).alias("acked_entries"),
         F.when(long_array_size, F.col("long_array_bytes"))
-        .otherwise(
-            F.coalesce(F.col("serialized_size_reported"), F.round(ranges * ESTIMATED_BYTES_PER_RANGE).cast("bigint"))
-        )
+        .otherwise(F.coalesce(F.col("serialized_size_reported"), F.round(ranges * ESTIMATED_BYTES_PER_RANGE).cast("bigint")))
         .alias("serialized_bytes"),
         F.when(long_array_size, F.lit("estimated-long-array"))
         .when(F.col("serialized_size_reported").isNotNull(), F.lit("reported"))
@@ -100,14 +106,23 @@ def cursor_ranges_frame(snapshots: DataFrame, day: date, alerts: AlertSettings) 
         .alias("serialized_bytes_source"),
         F.when(parsed_ok, F.coalesce("ledgers", F.lit(0))).alias("ledgers"),
         F.when(parsed_ok, F.coalesce("max_ranges_per_ledger", zero)).alias("max_ranges_per_ledger"),
-        F.when(parsed_ok, F.coalesce("ranges_per_ledger", F.create_map().cast("map<bigint,bigint>"))).alias(
-            "ranges_per_ledger"
-        ),
-        "msg_delayed", "unacked_messages", "msg_backlog", "consumers",
+        F.when(parsed_ok, F.coalesce("ranges_per_ledger", F.create_map().cast("map<bigint,bigint>"))).alias("ranges_per_ledger"),
+        "msg_delayed",
+        "unacked_messages",
+        "msg_backlog",
+        "consumers",
     )
     malformed = joined.filter("ranges_malformed").select(
-        "day", "snapshot_at", "cluster", "topic", "subscription", "source_file", "outline_ok", "bad_ranges",
-        "ranges_reported", F.col("individually_deleted_messages").alias("raw"),
+        "day",
+        "snapshot_at",
+        "cluster",
+        "topic",
+        "subscription",
+        "source_file",
+        "outline_ok",
+        "bad_ranges",
+        "ranges_reported",
+        F.col("individually_deleted_messages").alias("raw"),
     )
     return out, malformed
 
@@ -130,16 +145,11 @@ def with_growth(today: DataFrame, previous: DataFrame, day: date, alerts: AlertS
         .withColumn("growth_per_hour", F.when(enough, F.regr_slope("ranges", "x").over(window)))
         .filter("is_today")
     )
-    hours_to_cap = (
-        F.when(F.col("ranges") >= F.col("cap"), F.lit(0.0))
-        .when(F.col("growth_per_hour") > 0, (F.col("cap") - F.col("ranges")) / F.col("growth_per_hour"))
+    hours_to_cap = F.when(F.col("ranges") >= F.col("cap"), F.lit(0.0)).when(
+        F.col("growth_per_hour") > 0, (F.col("cap") - F.col("ranges")) / F.col("growth_per_hour")
     )
     forecast_at = F.when(
         F.col("hours_to_cap") <= MAX_FORECAST_HOURS,
         F.timestamp_micros(F.unix_micros("snapshot_at") + (F.col("hours_to_cap") * 3.6e9).cast("bigint")),
     )
-    return (
-        grown.withColumn("hours_to_cap", hours_to_cap)
-        .withColumn("forecast_cap_at", forecast_at)
-        .drop("x", "is_today")
-    )
+    return grown.withColumn("hours_to_cap", hours_to_cap).withColumn("forecast_cap_at", forecast_at).drop("x", "is_today")

@@ -26,9 +26,7 @@ KEY = ["cluster", "topic", "subscription"]
 SNAPSHOT_KEY = [*KEY, "snapshot_at"]
 
 
-def _override_chain(
-    overrides: list[AlertOverride], field: str, fallback: Column, fallback_source: Column
-) -> tuple[Column, Column]:
+def _override_chain(overrides: list[AlertOverride], field: str, fallback: Column, fallback_source: Column) -> tuple[Column, Column]:
     """(value, source) of an alert setting per row: the most specific matching override wins."""
     specific = [o for o in overrides if getattr(o, field) is not None]
     # cluster+namespace before namespace before cluster; the first matching `when` wins.
@@ -69,9 +67,7 @@ def with_persistence(snapshots: DataFrame, day: date, alerts: AlertSettings) -> 
         .withColumn("c_mode", F.when(flag == "true", F.lit(LONG_ARRAY)).when(flag == "false", F.lit(RANGES)))
     )
     fallback = F.coalesce(F.col("policy_cap"), F.lit(alerts.default_cap))
-    fallback_source = F.when(F.col("policy_cap").isNotNull(), F.lit("broker-config")).otherwise(
-        F.lit("default")
-    )
+    fallback_source = F.when(F.col("policy_cap").isNotNull(), F.lit("broker-config")).otherwise(F.lit("default"))
     cap, source = _override_chain(alerts.overrides, "cap", fallback, fallback_source)
     if alerts.persist_mode != "auto":
         mode, mode_source = F.lit(alerts.persist_mode), F.lit("settings")
@@ -94,14 +90,11 @@ def with_persistence(snapshots: DataFrame, day: date, alerts: AlertSettings) -> 
         )
         .withColumn("persist_mode", mode)
         .withColumn("persist_mode_source", mode_source)
-        .drop(CAP_KEY, METADATA_STORE_CAP_KEY, LONG_ARRAY_KEY, "policy_cap", "c_mode",
-              "v_cluster", "v_broker", "v_source", "v_choice")
+        .drop(CAP_KEY, METADATA_STORE_CAP_KEY, LONG_ARRAY_KEY, "policy_cap", "c_mode", "v_cluster", "v_broker", "v_source", "v_choice")
     )
 
 
 def with_alert_thresholds(df: DataFrame, alerts: AlertSettings) -> DataFrame:
     warning, _ = _override_chain(alerts.overrides, "warning_ranges", F.lit(alerts.warning_ranges), F.lit(""))
     horizon, _ = _override_chain(alerts.overrides, "horizon_hours", F.lit(alerts.horizon_hours), F.lit(""))
-    return df.withColumn("warning_threshold", warning.cast("bigint")).withColumn(
-        "horizon_hours", horizon.cast("double")
-    )
+    return df.withColumn("warning_threshold", warning.cast("bigint")).withColumn("horizon_hours", horizon.cast("double"))

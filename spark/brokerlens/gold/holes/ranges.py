@@ -65,10 +65,7 @@ def _long_array(per_ledger: DataFrame) -> DataFrame:
     upto = Window.partitionBy(*SNAPSHOT_KEY).orderBy("ul").rowsBetween(Window.unboundedPreceding, 0)
     words = F.floor(F.col("last_acked") / 64) + 1
     zero_words = F.floor(F.col("first_acked") / 64)
-    list_map = (
-        F.lit(1) + _varint_bytes(F.col("ul"))
-        + zero_words * ZERO_WORD_BYTES + (words - zero_words) * WORD_BYTES
-    )
+    list_map = F.lit(1) + _varint_bytes(F.col("ul")) + zero_words * ZERO_WORD_BYTES + (words - zero_words) * WORD_BYTES
     return (
         per_ledger.withColumn(
             "kept",
@@ -89,24 +86,23 @@ def range_stats(parsed: DataFrame) -> DataFrame:
     ledger of its upper end: the long-array format needs Pulsar's open range set, whose ranges
     never span ledgers (only the older guava set prints such ranges).
     """
-    exploded = parsed.filter(F.col("outline_ok")).select(
-        *SNAPSHOT_KEY, "cap", "ledger_entries", F.posexplode("range_list").alias("pos", "r")
-    )
+    exploded = parsed.filter(F.col("outline_ok")).select(*SNAPSHOT_KEY, "cap", "ledger_entries", F.posexplode("range_list").alias("pos", "r"))
     part = [F.regexp_extract("r", RANGE, i).cast("bigint") for i in (1, 2, 3, 4)]
     ll, le, ul, ue = (F.col(c) for c in ("ll", "le", "ul", "ue"))
     by_pos = Window.partitionBy(*SNAPSHOT_KEY).orderBy("pos")
     ranges = (
         exploded.select(
-            *SNAPSHOT_KEY, "cap", "ledger_entries", "pos",
+            *SNAPSHOT_KEY,
+            "cap",
+            "ledger_entries",
+            "pos",
             *(p.alias(n) for p, n in zip(part, ("ll", "le", "ul", "ue"))),
         )
         .withColumn("prev_ul", F.lag("ul").over(by_pos))
         .withColumn("prev_ue", F.lag("ue").over(by_pos))
         .withColumn(
             "bad",
-            ((ll > ul) | ((ll == ul) & (le >= ue)))
-            | (F.col("prev_ul") > ll)
-            | ((F.col("prev_ul") == ll) & (F.col("prev_ue") > le)),
+            ((ll > ul) | ((ll == ul) & (le >= ue))) | (F.col("prev_ul") > ll) | ((F.col("prev_ul") == ll) & (F.col("prev_ue") > le)),
         )
         .withColumn("entries", _range_entries(ll, le, ul, ue))
         # pos is 0-based: ranges at positions >= cap are the ones not persisted.
@@ -124,19 +120,19 @@ def range_stats(parsed: DataFrame) -> DataFrame:
         F.sum((F.col("beyond") & F.col("entries").isNull()).cast("int")).alias("exposure_unknown"),
     )
     known = F.sum(F.col("kept").isNull().cast("int")) == 0
-    return _long_array(per_ledger).groupBy(*SNAPSHOT_KEY).agg(
-        F.sum("n").alias("ranges_parsed"),
-        F.sum("bad").alias("bad_ranges"),
-        F.when(F.sum("entries_unknown") == 0, F.sum("entries")).alias("acked_entries"),
-        F.when(F.sum("exposure_unknown") == 0, F.coalesce(F.sum("exposure"), F.lit(0))).alias("exposure_entries"),
-        F.count("*").cast("int").alias("ledgers"),
-        F.max("n").alias("max_ranges_per_ledger"),
-        F.map_from_entries(F.collect_list(F.struct("ul", "n"))).alias("ranges_per_ledger"),
-        F.when(known, F.sum(F.col("kept").cast("int"))).alias("long_array_ledgers"),
-        F.when(known, F.coalesce(F.sum(F.when(F.col("kept"), F.col("field_bytes"))), F.lit(0))).alias(
-            "long_array_bytes"
-        ),
-        F.when(known, F.coalesce(F.sum(F.when(~F.col("kept"), F.col("entries"))), F.lit(0))).alias(
-            "long_array_exposure"
-        ),
+    return (
+        _long_array(per_ledger)
+        .groupBy(*SNAPSHOT_KEY)
+        .agg(
+            F.sum("n").alias("ranges_parsed"),
+            F.sum("bad").alias("bad_ranges"),
+            F.when(F.sum("entries_unknown") == 0, F.sum("entries")).alias("acked_entries"),
+            F.when(F.sum("exposure_unknown") == 0, F.coalesce(F.sum("exposure"), F.lit(0))).alias("exposure_entries"),
+            F.count("*").cast("int").alias("ledgers"),
+            F.max("n").alias("max_ranges_per_ledger"),
+            F.map_from_entries(F.collect_list(F.struct("ul", "n"))).alias("ranges_per_ledger"),
+            F.when(known, F.sum(F.col("kept").cast("int"))).alias("long_array_ledgers"),
+            F.when(known, F.coalesce(F.sum(F.when(F.col("kept"), F.col("field_bytes"))), F.lit(0))).alias("long_array_bytes"),
+            F.when(known, F.coalesce(F.sum(F.when(~F.col("kept"), F.col("entries"))), F.lit(0))).alias("long_array_exposure"),
+        )
     )

@@ -25,24 +25,14 @@ log = logging.getLogger(__name__)
 def build_producers(day: date, settings: Settings) -> StageResult:
     result = StageResult("producers", day)
     config = settings.producers
-    snapshots = (
-        read_table("producer_snapshots", settings=settings)
-        .where(F.col("day") == F.lit(day))
-        .transform(with_config_hash)
-        .cache()
-    )
+    snapshots = read_table("producer_snapshots", settings=settings).where(F.col("day") == F.lit(day)).transform(with_config_hash).cache()
     configs = configurations(snapshots)
     findings = lint(configs).cache()
-    brokers = broker_view(
-        read_table("bronze_topic_stats", settings=settings).where(F.col("day") == F.lit(day))
-    )
+    brokers = broker_view(read_table("bronze_topic_stats", settings=settings).where(F.col("day") == F.lit(day)))
 
     def write(df: DataFrame, table: str) -> None:
         columns = table_schema(table).column_names  # working columns stay behind
-        result.writes.append(
-            write_table(df.select(*columns), table, mode="replace", partitions=[{"day": day}],
-                        settings=settings)
-        )
+        result.writes.append(write_table(df.select(*columns), table, mode="replace", partitions=[{"day": day}], settings=settings))
 
     write(findings, "producer_lint")
     write(health(snapshots, findings, brokers, config), "producer_health")
@@ -53,9 +43,7 @@ def build_producers(day: date, settings: Settings) -> StageResult:
     result.metrics["producer_lint_rows"] = sum(by_rule.values())
     log.info("producer lint %s: %d findings %s", day, sum(by_rule.values()), by_rule)
     if by_rule:
-        result.lines.append(
-            "producer lint: " + ", ".join(f"{rule} {n}" for rule, n in sorted(by_rule.items()))
-        )
+        result.lines.append("producer lint: " + ", ".join(f"{rule} {n}" for rule, n in sorted(by_rule.items())))
     snapshots.unpersist()
     findings.unpersist()
     return result

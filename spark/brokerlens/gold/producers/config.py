@@ -43,12 +43,8 @@ def with_effective_pending(df: DataFrame) -> DataFrame:
         F.col("max_pending_messages_across_partitions"),
         F.col("partitions"),
     )
-    per_partition = F.when(
-        (parts > 0) & across.isNotNull(), F.least(mpm, F.floor(across / parts).cast("int"))
-    ).otherwise(mpm)
-    return df.withColumn(
-        "effective_max_pending_messages", F.when(per_partition > 0, per_partition)
-    )
+    per_partition = F.when((parts > 0) & across.isNotNull(), F.least(mpm, F.floor(across / parts).cast("int"))).otherwise(mpm)
+    return df.withColumn("effective_max_pending_messages", F.when(per_partition > 0, per_partition))
 
 
 def avg_msg_bytes() -> Column:
@@ -57,9 +53,7 @@ def avg_msg_bytes() -> Column:
     known = F.col("uncompressed_bytes_sent").isNotNull()
     uncompressed = F.sum("uncompressed_bytes_sent") / F.sum(F.when(known, F.col("num_msgs_sent")))
     sent = F.sum("num_bytes_sent") / F.sum("num_msgs_sent")
-    return F.coalesce(
-        F.when(uncompressed > 0, uncompressed), F.when(sent > 0, sent)
-    ).alias("avg_msg_bytes")
+    return F.coalesce(F.when(uncompressed > 0, uncompressed), F.when(sent > 0, sent)).alias("avg_msg_bytes")
 
 
 def with_template(df: DataFrame) -> DataFrame:
@@ -70,9 +64,7 @@ def with_template(df: DataFrame) -> DataFrame:
     """
     low, high = TEMPLATE_PENDING_RANGE
     parts = partitions_at_least_one().cast("bigint")
-    pending = F.least(
-        F.greatest(F.coalesce(F.col("max_pending_messages"), F.lit(0)), F.lit(low)), F.lit(high)
-    )
+    pending = F.least(F.greatest(F.coalesce(F.col("max_pending_messages"), F.lit(0)), F.lit(low)), F.lit(high))
     memory = F.ceil(pending * parts * F.col("avg_msg_bytes")).cast("bigint")
     return (
         df.withColumn("template_max_pending_messages", pending.cast("int"))

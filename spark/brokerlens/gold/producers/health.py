@@ -26,9 +26,9 @@ def broker_view(topic_stats: DataFrame) -> DataFrame:
         )
     )
     # Topic stats rows repeat the topic's publishers once per subscription.
-    per_partition = topic_stats.select(
-        "cluster", "collected_at", "topic", "partitioned_topic", "publishers_json"
-    ).dropDuplicates(["cluster", "collected_at", "topic"])
+    per_partition = topic_stats.select("cluster", "collected_at", "topic", "partitioned_topic", "publishers_json").dropDuplicates(
+        ["cluster", "collected_at", "topic"]
+    )
     publishers = per_partition.select(
         "cluster",
         "collected_at",
@@ -48,9 +48,7 @@ def broker_view(topic_stats: DataFrame) -> DataFrame:
 
 def partition_skew(snapshots: DataFrame) -> DataFrame:
     """Max over mean of each partition's send rate summed over the day (absent partitions: 0)."""
-    last_partitions = snapshots.groupBy(*PRODUCER).agg(
-        F.max_by("partitions", "snapshot_at").alias("parts")
-    )
+    last_partitions = snapshots.groupBy(*PRODUCER).agg(F.max_by("partitions", "snapshot_at").alias("parts"))
     per_partition = (
         snapshots.select(*PRODUCER, F.explode("partition_msg_rates").alias("partition", "rate"))
         .groupBy(*PRODUCER, "partition")
@@ -67,9 +65,7 @@ def partition_skew(snapshots: DataFrame) -> DataFrame:
     )
 
 
-def health(
-    snapshots: DataFrame, findings: DataFrame, brokers: DataFrame, config: ProducerSettings
-) -> DataFrame:
+def health(snapshots: DataFrame, findings: DataFrame, brokers: DataFrame, config: ProducerSettings) -> DataFrame:
     c = F.col
 
     def last(name: str) -> Column:
@@ -92,35 +88,25 @@ def health(
             F.sum("num_msgs_sent").alias("msgs_sent"),
             F.sum("num_bytes_sent").alias("bytes_sent"),
             F.sum("num_batches_sent").alias("batches_sent"),
-            (F.sum(F.when(with_batches, c("num_msgs_sent"))) / F.sum("num_batches_sent")).alias(
-                "msgs_per_batch"
-            ),
+            (F.sum(F.when(with_batches, c("num_msgs_sent"))) / F.sum("num_batches_sent")).alias("msgs_per_batch"),
             last("batching_max_messages"),
             last("effective_max_pending_messages"),
             last("max_pending_messages"),
             F.max("pending_queue_size").alias("pending_queue_size_max"),
-            F.avg(
-                F.when(eff_total.isNotNull(), F.when(
-                    c("pending_queue_size") >= eff_total * config.saturation_threshold, 1.0
-                ).otherwise(0.0))
-            ).alias("pending_saturation_share"),
+            F.avg(F.when(eff_total.isNotNull(), F.when(c("pending_queue_size") >= eff_total * config.saturation_threshold, 1.0).otherwise(0.0))).alias(
+                "pending_saturation_share"
+            ),
             F.sum("num_send_failed").alias("send_failed"),
             *[F.sum(k).alias(k) for k in kinds],
             F.sum(F.when(kinds_known, other)).alias("send_failed_other"),
             F.sum("num_acks_received").alias("acks_received"),
-            (
-                F.sum(c("send_latency_ms_p50") * c("num_acks_received"))
-                / F.sum(F.when(acked_p50, c("num_acks_received")))
-            ).alias("send_latency_ms_p50_avg"),
+            (F.sum(c("send_latency_ms_p50") * c("num_acks_received")) / F.sum(F.when(acked_p50, c("num_acks_received")))).alias("send_latency_ms_p50_avg"),
             F.max("send_latency_ms_p95").alias("send_latency_ms_p95_max"),
             F.max("send_latency_ms_p99").alias("send_latency_ms_p99_max"),
             F.max("send_latency_ms_p999").alias("send_latency_ms_p999_max"),
             F.max("send_latency_ms_max").alias("send_latency_ms_max"),
             last("compression_type"),
-            (
-                F.sum("uncompressed_bytes_sent")
-                / F.sum(F.when(with_uncompressed, c("num_bytes_sent")))
-            ).alias("compression_ratio"),
+            (F.sum("uncompressed_bytes_sent") / F.sum(F.when(with_uncompressed, c("num_bytes_sent")))).alias("compression_ratio"),
             avg_msg_bytes(),
         )
         .withColumn("batch_fill_ratio", c("msgs_per_batch") / c("batching_max_messages"))

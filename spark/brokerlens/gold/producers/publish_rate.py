@@ -24,8 +24,7 @@ def publish_limits(config: ProducerSettings) -> list[tuple[str, str, str, float,
             if bucket.bytes != (dimension == "bytes"):
                 raise ValueError(
                     f"producers.publish_rate_limits[{entry.scope}].{dimension} = {text!r}: "
-                    + ("a byte limit needs a size unit (B, KB, MB, GB)" if dimension == "bytes"
-                       else "a message limit has no size unit")
+                    + ("a byte limit needs a size unit (B, KB, MB, GB)" if dimension == "bytes" else "a message limit has no size unit")
                 )
             limits.append((entry.scope, dimension, bucket.text, bucket.rate, bucket.burst))
     return limits
@@ -43,30 +42,29 @@ def publish_conformance(snapshots: DataFrame, config: ProducerSettings) -> DataF
     if not limits:
         return None
     spark = snapshots.sparkSession
-    limit_df = spark.createDataFrame(
-        limits, "scope string, dimension string, limit_text string, per_partition_rate double, per_partition_burst double"
-    )
+    limit_df = spark.createDataFrame(limits, "scope string, dimension string, limit_text string, per_partition_rate double, per_partition_burst double")
     namespace = F.regexp_extract("topic", r"^[a-z-]+://([^/]+/[^/]+)/", 1)
     seconds = config.stats_interval_seconds
     series = snapshots.select(
-        "day", *PRODUCER, "partitions", "snapshot_at",
+        "day",
+        *PRODUCER,
+        "partitions",
+        "snapshot_at",
         F.col("num_msgs_sent").cast("double").alias("msgs"),
         F.col("num_bytes_sent").cast("double").alias("bytes"),
         namespace.alias("namespace"),
     )
-    matched = series.join(
-        limit_df, (limit_df.scope == series.topic) | (limit_df.scope == series.namespace)
-    )
+    matched = series.join(limit_df, (limit_df.scope == series.topic) | (limit_df.scope == series.namespace))
     # A topic entry wins over its namespace's.
     most_specific = matched.withColumn(
-        "_rank", F.dense_rank().over(
-            Window.partitionBy(*PRODUCER, "dimension")
-            .orderBy(F.when(F.col("scope") == F.col("topic"), 0).otherwise(1))
-        )
+        "_rank", F.dense_rank().over(Window.partitionBy(*PRODUCER, "dimension").orderBy(F.when(F.col("scope") == F.col("topic"), 0).otherwise(1)))
     ).where("_rank = 1")
     parts = partitions_at_least_one()
     prepared = most_specific.select(
-        "day", *PRODUCER, "dimension", "limit_text",
+        "day",
+        *PRODUCER,
+        "dimension",
+        "limit_text",
         F.lit("settings").alias("limit_source"),
         (F.col("per_partition_rate") * parts).alias("rate"),
         (F.col("per_partition_burst") * parts).alias("burst"),

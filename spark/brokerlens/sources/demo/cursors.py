@@ -49,7 +49,7 @@ class LedgerLayout:
 
 def ranges_at(plan: CursorPlan, t: np.ndarray | float) -> np.ndarray:
     frac = np.clip(np.asarray(t, dtype=float) / DAY_END, 0.0, 1.0)
-    return np.round(plan.ranges_start + (plan.ranges_end - plan.ranges_start) * frac ** plan.power).astype(np.int64)
+    return np.round(plan.ranges_start + (plan.ranges_end - plan.ranges_start) * frac**plan.power).astype(np.int64)
 
 
 class Cursor:
@@ -86,8 +86,7 @@ class Cursor:
         frontier = self.frontier(t)
         if count == 0:
             mark = frontier - int(self.plan.entries_per_second * 2)  # acks trail reads by ~2 s
-            return {"mark": _pos(ledgers, mark), "read": _pos(ledgers, frontier + 1), "ranges": 0,
-                    "text": "[]", "acked_after_mark": 0, "mark_offset": mark}
+            return {"mark": _pos(ledgers, mark), "read": _pos(ledgers, frontier + 1), "ranges": 0, "text": "[]", "acked_after_mark": 0, "mark_offset": mark}
         holes = self.hole_offsets[:count]
         lengths = self.hole_lengths[:count]
         lower = holes + lengths - 1  # exclusive: the hole's last entry
@@ -105,8 +104,7 @@ class Cursor:
         return int(self.hole_offsets[0]) - 1 if self.plan.ranges_end else self.base - int(self.plan.entries_per_second * 2)
 
 
-def layout_ledgers(first_offset: int, last_offset: int, entries_per_second: float, first_id: int,
-                   rng: np.random.Generator) -> LedgerLayout:
+def layout_ledgers(first_offset: int, last_offset: int, entries_per_second: float, first_id: int, rng: np.random.Generator) -> LedgerLayout:
     """Ledgers covering [first_offset, last_offset], rolled over by entries or by time."""
     per_ledger = int(min(MAX_ENTRIES_PER_LEDGER, max(1000, entries_per_second * LEDGER_ROLLOVER_SECONDS)))
     # Start the first ledger somewhere before the oldest needed entry.
@@ -125,8 +123,17 @@ def _pos(ledgers: LedgerLayout, offset: int) -> str:
 def range_texts(lo_ledger: np.ndarray, lo_entry: np.ndarray, hi_ledger: np.ndarray, hi_entry: np.ndarray) -> list[str]:
     """``(l:e..l:e]`` for each open-closed range given by its ends' positions, built column-wise."""
     text = pc.binary_join_element_wise(
-        "(", pc.cast(pa.array(lo_ledger), pa.string()), ":", pc.cast(pa.array(lo_entry), pa.string()), "..",
-        pc.cast(pa.array(hi_ledger), pa.string()), ":", pc.cast(pa.array(hi_entry), pa.string()), "]", "")
+        "(",
+        pc.cast(pa.array(lo_ledger), pa.string()),
+        ":",
+        pc.cast(pa.array(lo_entry), pa.string()),
+        "..",
+        pc.cast(pa.array(hi_ledger), pa.string()),
+        ":",
+        pc.cast(pa.array(hi_entry), pa.string()),
+        "]",
+        "",
+    )
     return text.to_pylist()
 
 

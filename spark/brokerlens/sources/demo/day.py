@@ -23,8 +23,7 @@ class Day:
         self.cluster: Cluster = build_cluster(scale, seed)
         self.rng = np.random.Generator(np.random.PCG64([seed, 2]))
         # Partitions: (topic, index, name, broker).
-        self.partitions = [(t, i, name, t.brokers[i]) for t in self.cluster.topics
-                           for i, name in enumerate(t.partition_names())]
+        self.partitions = [(t, i, name, t.brokers[i]) for t in self.cluster.topics for i, name in enumerate(t.partition_names())]
         self.exporter_partitions = [p for p in self.partitions if p[3] in self.cluster.exporter_brokers]
         n_bins = len(SNAPSHOTS)
         self.published = {p[2]: np.zeros(n_bins) for p in self.partitions}  # messages per 10-min bin
@@ -53,14 +52,35 @@ class Day:
 
         changes = {"subscription": [], "topic": [], "broker": []}
         for at in times:
-            sub_q = np.array([resolve(at, "topic-subscription-dispatch-rate", "namespace-subscription-dispatch-rate",
-                                      ("dispatchThrottlingRatePerSubscriptionInMsg", "dispatchThrottlingRatePerSubscriptionInByte"),
-                                      t, b) for t, b in sub_keys]).reshape(-1, 2)
-            top_q = np.array([resolve(at, "topic-dispatch-rate", "namespace-dispatch-rate",
-                                      ("dispatchThrottlingRatePerTopicInMsg", "dispatchThrottlingRatePerTopicInByte"),
-                                      t, b) for t, b in topic_keys]).reshape(-1, 2)
-            brk_q = np.array([(value(c.broker_config[b]["dispatchThrottlingRateInMsg"]),
-                               value(c.broker_config[b]["dispatchThrottlingRateInByte"])) for b in scopes.brokers])
+            sub_q = np.array(
+                [
+                    resolve(
+                        at,
+                        "topic-subscription-dispatch-rate",
+                        "namespace-subscription-dispatch-rate",
+                        ("dispatchThrottlingRatePerSubscriptionInMsg", "dispatchThrottlingRatePerSubscriptionInByte"),
+                        t,
+                        b,
+                    )
+                    for t, b in sub_keys
+                ]
+            ).reshape(-1, 2)
+            top_q = np.array(
+                [
+                    resolve(
+                        at,
+                        "topic-dispatch-rate",
+                        "namespace-dispatch-rate",
+                        ("dispatchThrottlingRatePerTopicInMsg", "dispatchThrottlingRatePerTopicInByte"),
+                        t,
+                        b,
+                    )
+                    for t, b in topic_keys
+                ]
+            ).reshape(-1, 2)
+            brk_q = np.array(
+                [(value(c.broker_config[b]["dispatchThrottlingRateInMsg"]), value(c.broker_config[b]["dispatchThrottlingRateInByte"])) for b in scopes.brokers]
+            )
             for lvl, q in (("subscription", sub_q), ("topic", top_q), ("broker", brk_q)):
                 changes[lvl].append((at, q[:, 0].copy(), q[:, 1].copy()))
         return {lvl: LimitSchedule(v) for lvl, v in changes.items()}
@@ -74,18 +94,20 @@ class Day:
         topic_of = np.array([pi for pi, _ in sub_rows])
         topics = [p[0] for p in parts]
         scopes = DispatchScopes(
-            brokers=brokers, topics=[p[2] for p in parts],
+            brokers=brokers,
+            topics=[p[2] for p in parts],
             topic_broker=np.array([brokers.index(p[3]) for p in parts]),
-            subscriptions=[s.name for _, s in sub_rows], sub_topic=topic_of,
+            subscriptions=[s.name for _, s in sub_rows],
+            sub_topic=topic_of,
             batch_mean=np.array([topics[pi].batch_mean for pi, _ in sub_rows]),
             msg_bytes=np.array([topics[pi].msg_bytes for pi, _ in sub_rows]),
             # Entries per read: min(receiverQueueSize, dispatcherMaxReadBatchSize).
-            read_entries=np.array([float(min(s.receiver_queue_size,
-                                             self.cluster.broker_config[parts[pi][3]]["dispatcherMaxReadBatchSize"]))
-                                   for pi, s in sub_rows]),
-            consumer_rate=np.array([s.consumer_rate for _, s in sub_rows]))
-        limits = self.effective_limits(scopes, [(topics[pi], parts[pi][3]) for pi, _ in sub_rows],
-                                       [(p[0], p[3]) for p in parts])
+            read_entries=np.array(
+                [float(min(s.receiver_queue_size, self.cluster.broker_config[parts[pi][3]]["dispatcherMaxReadBatchSize"])) for pi, s in sub_rows]
+            ),
+            consumer_rate=np.array([s.consumer_rate for _, s in sub_rows]),
+        )
+        limits = self.effective_limits(scopes, [(topics[pi], parts[pi][3]) for pi, _ in sub_rows], [(p[0], p[3]) for p in parts])
         idle = np.array([t.idle_activity for t in topics])
         seed = self.seed
 
@@ -103,7 +125,7 @@ class Day:
             msgs = entries * np.array([t.batch_mean for t in topics])
             bins = np.searchsorted(SNAPSHOTS, secs, side="right")
             for j, p in enumerate(parts):
-                self.published[p[2]] += np.bincount(bins, weights=msgs[:, j], minlength=len(SNAPSHOTS) + 1)[:len(SNAPSHOTS)]
+                self.published[p[2]] += np.bincount(bins, weights=msgs[:, j], minlength=len(SNAPSHOTS) + 1)[: len(SNAPSHOTS)]
             return entries
 
         def outage(start, stop):
@@ -137,8 +159,7 @@ class Day:
             self.entry_rate[p[2]] = max(0.05, self.published[p[2]].sum() / p[0].batch_mean / DAY)
         scope_list = [{"level": "broker", "broker": b} for b in brokers]
         scope_list += [{"level": "topic", "broker": p[3], "topic": p[2]} for p in parts]
-        scope_list += [{"level": "subscription", "broker": parts[pi][3], "topic": parts[pi][2], "subscription": s.name}
-                       for pi, s in sub_rows]
+        scope_list += [{"level": "subscription", "broker": parts[pi][3], "topic": parts[pi][2], "subscription": s.name} for pi, s in sub_rows]
         return files, records, scope_list
 
     def counters_without_exporter(self) -> None:
@@ -152,8 +173,7 @@ class Day:
             for s in t.subs:
                 msgs = self.published[name] * (1 + 0.02 * self.rng.random(len(SNAPSHOTS)))
                 redelivered = np.round(msgs * (0.01 if s.type in ("Shared", "Key_Shared") else 0.0))
-                self.delivered[(name, s.name)] = np.stack(
-                    [np.round(msgs), np.round(msgs * t.msg_bytes), redelivered])
+                self.delivered[(name, s.name)] = np.stack([np.round(msgs), np.round(msgs * t.msg_bytes), redelivered])
 
     # --- cursors ------------------------------------------------------------------------
     def build_cursors(self) -> None:

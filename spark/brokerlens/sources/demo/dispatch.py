@@ -155,8 +155,7 @@ def simulate_dispatch(
                 can = (backlog > 0) & (permits > 0) & (rem_msgs > 0) & (rem_bytes > 0)
                 if not can.any():
                     break
-                want = np.minimum(np.minimum(scopes.read_entries, np.ceil(backlog / scopes.batch_mean)),
-                                  np.ceil(permits / scopes.batch_mean))
+                want = np.minimum(np.minimum(scopes.read_entries, np.ceil(backlog / scopes.batch_mean)), np.ceil(permits / scopes.batch_mean))
                 want = np.minimum(want, np.ceil(rem_msgs))  # message permits compared with entries
                 want = np.minimum(want, np.ceil(rem_bytes / entry_bytes))
                 got_entries = np.where(can, want, 0.0)
@@ -190,13 +189,11 @@ def simulate_dispatch(
 def level_records(scopes: DispatchScopes, rec: dict[str, np.ndarray]) -> dict[str, dict[str, np.ndarray]]:
     """Subscription records plus their sums per topic partition and per broker, per period."""
     result = {"subscription": {**rec, "topic": scopes.sub_topic[rec["sub"]]}}
-    for level, key in (("topic", scopes.sub_topic[rec["sub"]]),
-                       ("broker", scopes.topic_broker[scopes.sub_topic[rec["sub"]]])):
+    for level, key in (("topic", scopes.sub_topic[rec["sub"]]), ("broker", scopes.topic_broker[scopes.sub_topic[rec["sub"]]])):
         # One group per (period, scope): periods are < 2**40, scope indexes < 2**23.
         group = rec["period"] * (1 << 23) + key
         uniq, inverse = np.unique(group, return_inverse=True)
-        sums = {f: np.bincount(inverse, weights=rec[f], minlength=uniq.size).astype(np.int64)
-                for f in ("msgs", "bytes", "entries", "redelivered_msgs")}
+        sums = {f: np.bincount(inverse, weights=rec[f], minlength=uniq.size).astype(np.int64) for f in ("msgs", "bytes", "entries", "redelivered_msgs")}
         result[level] = {"period": uniq >> 23, ("topic" if level == "topic" else "broker"): uniq & ((1 << 23) - 1), **sums}
     return result
 
@@ -218,9 +215,12 @@ def format_jsonl(day: date, cluster: str, scopes: DispatchScopes, levels: dict, 
     for rank, level in enumerate(("broker", "topic", "subscription")):
         rec = levels[level]
         broker_idx = rec["broker"] if level == "broker" else scopes.topic_broker[rec["topic"]]
-        pieces = ['{"period_start":"', periods.take(pa.array(rec["period"])),
-                  f'","period_seconds":{period_seconds},"level":"{level}","cluster":"{cluster}","broker":"',
-                  brokers.take(pa.array(broker_idx))]
+        pieces = [
+            '{"period_start":"',
+            periods.take(pa.array(rec["period"])),
+            f'","period_seconds":{period_seconds},"level":"{level}","cluster":"{cluster}","broker":"',
+            brokers.take(pa.array(broker_idx)),
+        ]
         if level != "broker":
             pieces += ['","topic":"', topics.take(pa.array(rec["topic"]))]
         if level == "subscription":
@@ -240,12 +240,16 @@ def _concat(lines: pa.Array) -> bytes:
     lines = pc.cast(lines, pa.large_string()) if lines.type == pa.string() and len(lines) > 0 else lines
     if len(lines) == 0:
         return b""
-    offsets = np.frombuffer(lines.buffers()[1], dtype=np.int64)[lines.offset: lines.offset + len(lines) + 1]
-    return lines.buffers()[2].to_pybytes()[offsets[0]: offsets[-1]]
+    offsets = np.frombuffer(lines.buffers()[1], dtype=np.int64)[lines.offset : lines.offset + len(lines) + 1]
+    return lines.buffers()[2].to_pybytes()[offsets[0] : offsets[-1]]
 
 
 def write_dispatch_files(
-    day: date, cluster: str, out_dir: Path, scopes: DispatchScopes, chunks: Iterator[dict[str, np.ndarray]],
+    day: date,
+    cluster: str,
+    out_dir: Path,
+    scopes: DispatchScopes,
+    chunks: Iterator[dict[str, np.ndarray]],
     on_chunk=None,
 ) -> tuple[list[Path], int]:
     """Stream hourly chunks to ``<out_dir>/<broker>-<HH>.jsonl`` files; returns (files, records).
@@ -300,18 +304,24 @@ def big_dispatch_series(
     topics = [f"persistent://bench/ns-{t % 97}/topic-{t}-partition-{t % 4}" for t in range(n_topics)]
     sub_topic = np.arange(n_subscriptions) % n_topics
     scopes = DispatchScopes(
-        brokers=brokers, topics=topics, topic_broker=np.arange(n_topics) % n_brokers,
-        subscriptions=[f"sub-{s // n_topics}" for s in range(n_subscriptions)], sub_topic=sub_topic,
+        brokers=brokers,
+        topics=topics,
+        topic_broker=np.arange(n_topics) % n_brokers,
+        subscriptions=[f"sub-{s // n_topics}" for s in range(n_subscriptions)],
+        sub_topic=sub_topic,
         batch_mean=rng.choice([1.0, 4.0, 10.0], n_topics)[sub_topic],
         msg_bytes=rng.choice([200.0, 1024.0, 4096.0], n_topics)[sub_topic],
-        read_entries=np.full(n_subscriptions, 100.0), consumer_rate=np.full(n_subscriptions, 2000.0))
+        read_entries=np.full(n_subscriptions, 100.0),
+        consumer_rate=np.full(n_subscriptions, 2000.0),
+    )
 
     def flat(value, size):
         return np.full(size, float(value))
 
     limits = {
-        "subscription": LimitSchedule([(0, flat(100, n_subscriptions), flat(np.inf, n_subscriptions)),
-                                       (43200, flat(80, n_subscriptions), flat(np.inf, n_subscriptions))]),
+        "subscription": LimitSchedule(
+            [(0, flat(100, n_subscriptions), flat(np.inf, n_subscriptions)), (43200, flat(80, n_subscriptions), flat(np.inf, n_subscriptions))]
+        ),
         "topic": LimitSchedule([(0, flat(300, n_topics), flat(np.inf, n_topics))]),
         "broker": LimitSchedule([(0, flat(5000, n_brokers), flat(np.inf, n_brokers))]),
     }

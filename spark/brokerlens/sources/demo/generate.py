@@ -34,8 +34,7 @@ def generate_day(day: date, settings: Settings, scale: float = 1.0, seed: int = 
     if root.exists():
         if not (root / MANIFEST).is_file():
             # Never delete collected data: only a day demo-data wrote is replaced.
-            raise StageFailed(f"{root} holds landing files that demo-data did not write; "
-                              "choose another day or remove them first")
+            raise StageFailed(f"{root} holds landing files that demo-data did not write; choose another day or remove them first")
         shutil.rmtree(root)  # a re-run replaces the day: same seed, same files
     dirs = {kind: root / kind for kind in KINDS}
     for d in dirs.values():
@@ -63,12 +62,19 @@ def generate_day(day: date, settings: Settings, scale: float = 1.0, seed: int = 
     (root / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
     size = sum(p.stat().st_size for p in root.rglob("*") if p.is_file())
     result = StageResult(stage="demo-data", day=day)
-    result.metrics.update({"files": sum(c["files"] for c in counts.values()),
-                           "records": sum(c["records"] for c in counts.values()),
-                           "bad_records": len(bad_records), "bytes": size})
+    result.metrics.update(
+        {
+            "files": sum(c["files"] for c in counts.values()),
+            "records": sum(c["records"] for c in counts.values()),
+            "bad_records": len(bad_records),
+            "bytes": size,
+        }
+    )
     result.lines.append(f"landing: {root}")
     result.lines += [f"{kind}: {c['files']} files, {c['records']} records" for kind, c in counts.items()]
     exp = manifest["expectations"]
-    result.lines.append(f"over cap: {len(exp['subscriptions_over_cap'])}, near cap: {len(exp['subscriptions_near_cap'])}, "
-                        f"bad producers: {len(exp['bad_producers'])}, deliberately bad records: {len(bad_records)}")
+    result.lines.append(
+        f"over cap: {len(exp['subscriptions_over_cap'])}, near cap: {len(exp['subscriptions_near_cap'])}, "
+        f"bad producers: {len(exp['bad_producers'])}, deliberately bad records: {len(bad_records)}"
+    )
     return result

@@ -21,12 +21,20 @@ def safe(name: str) -> str:
 
 
 METRIC_HELP = {
-    "pulsar_rate_in": "gauge", "pulsar_rate_out": "gauge", "pulsar_throughput_in": "gauge",
-    "pulsar_throughput_out": "gauge", "pulsar_storage_size": "gauge", "pulsar_msg_backlog": "gauge",
-    "pulsar_in_messages_total": "counter", "pulsar_out_messages_total": "counter",
-    "pulsar_subscription_back_log": "gauge", "pulsar_subscription_msg_rate_out": "gauge",
-    "pulsar_subscription_msg_throughput_out": "gauge", "pulsar_subscription_msg_rate_redeliver": "gauge",
-    "pulsar_subscription_unacked_messages": "gauge", "pulsar_subscription_delayed": "gauge",
+    "pulsar_rate_in": "gauge",
+    "pulsar_rate_out": "gauge",
+    "pulsar_throughput_in": "gauge",
+    "pulsar_throughput_out": "gauge",
+    "pulsar_storage_size": "gauge",
+    "pulsar_msg_backlog": "gauge",
+    "pulsar_in_messages_total": "counter",
+    "pulsar_out_messages_total": "counter",
+    "pulsar_subscription_back_log": "gauge",
+    "pulsar_subscription_msg_rate_out": "gauge",
+    "pulsar_subscription_msg_throughput_out": "gauge",
+    "pulsar_subscription_msg_rate_redeliver": "gauge",
+    "pulsar_subscription_unacked_messages": "gauge",
+    "pulsar_subscription_delayed": "gauge",
     "pulsar_subscription_consumers_count": "gauge",
 }
 
@@ -40,23 +48,28 @@ def write_metrics(day: Day, out: Path) -> tuple[int, int]:
             st = topic_stats(day, t, i, name, broker, k)
             labels = f'cluster="{CLUSTER}",namespace="{t.ns}",topic="{name}"'
             rows = samples.setdefault(broker, {m: [] for m in METRIC_HELP})
-            for metric, value in (("pulsar_rate_in", st["msgRateIn"]), ("pulsar_rate_out", st["msgRateOut"]),
-                                  ("pulsar_throughput_in", st["msgThroughputIn"]),
-                                  ("pulsar_throughput_out", st["msgThroughputOut"]),
-                                  ("pulsar_storage_size", st["storageSize"]),
-                                  ("pulsar_msg_backlog", sum(s["msgBacklog"] for s in st["subscriptions"].values())),
-                                  ("pulsar_in_messages_total", st["msgInCounter"]),
-                                  ("pulsar_out_messages_total", st["msgOutCounter"])):
+            for metric, value in (
+                ("pulsar_rate_in", st["msgRateIn"]),
+                ("pulsar_rate_out", st["msgRateOut"]),
+                ("pulsar_throughput_in", st["msgThroughputIn"]),
+                ("pulsar_throughput_out", st["msgThroughputOut"]),
+                ("pulsar_storage_size", st["storageSize"]),
+                ("pulsar_msg_backlog", sum(s["msgBacklog"] for s in st["subscriptions"].values())),
+                ("pulsar_in_messages_total", st["msgInCounter"]),
+                ("pulsar_out_messages_total", st["msgOutCounter"]),
+            ):
                 rows[metric].append(f"{metric}{{{labels}}} {float(value)}")
             for sub, s in st["subscriptions"].items():
                 sl = f'{labels},subscription="{sub}"'
-                for metric, value in (("pulsar_subscription_back_log", s["msgBacklog"]),
-                                      ("pulsar_subscription_msg_rate_out", s["msgRateOut"]),
-                                      ("pulsar_subscription_msg_throughput_out", s["msgThroughputOut"]),
-                                      ("pulsar_subscription_msg_rate_redeliver", s["msgRateRedeliver"]),
-                                      ("pulsar_subscription_unacked_messages", s["unackedMessages"]),
-                                      ("pulsar_subscription_delayed", s["msgDelayed"]),
-                                      ("pulsar_subscription_consumers_count", len(s["consumers"]))):
+                for metric, value in (
+                    ("pulsar_subscription_back_log", s["msgBacklog"]),
+                    ("pulsar_subscription_msg_rate_out", s["msgRateOut"]),
+                    ("pulsar_subscription_msg_throughput_out", s["msgThroughputOut"]),
+                    ("pulsar_subscription_msg_rate_redeliver", s["msgRateRedeliver"]),
+                    ("pulsar_subscription_unacked_messages", s["unackedMessages"]),
+                    ("pulsar_subscription_delayed", s["msgDelayed"]),
+                    ("pulsar_subscription_consumers_count", len(s["consumers"])),
+                ):
                     rows[metric].append(f"{metric}{{{sl}}} {float(value)}")
         for broker, rows in samples.items():
             head = dumps({"collected_at": iso(day.day, int(second)), "cluster": CLUSTER, "broker": broker})

@@ -15,14 +15,14 @@ if TYPE_CHECKING:
 
 def write_policies(day: Day, out: Path) -> tuple[int, int, list[dict]]:
     c = day.cluster
-    broker_lines = [dumps({"effective_at": iso(day.day, 0), "cluster": CLUSTER, "kind": "broker-config",
-                           "broker": b, "policy": c.broker_config[b]}) for b in c.brokers]
+    broker_lines = [
+        dumps({"effective_at": iso(day.day, 0), "cluster": CLUSTER, "kind": "broker-config", "broker": b, "policy": c.broker_config[b]}) for b in c.brokers
+    ]
     (out / "broker-config.jsonl").write_text("\n".join(broker_lines) + "\n")
     lines, changes = [], []
     for p in sorted(c.policies, key=lambda p: (p.at, p.kind, p.scope)):
         scope_key = "topic" if p.kind.startswith("topic") else "namespace"
-        rec = {"effective_at": iso(day.day, p.at), "cluster": CLUSTER, "kind": p.kind, scope_key: p.scope,
-               "policy": p.policy}
+        rec = {"effective_at": iso(day.day, p.at), "cluster": CLUSTER, "kind": p.kind, scope_key: p.scope, "policy": p.policy}
         lines.append(dumps(rec))
         changes.append({k: v for k, v in rec.items() if k != "cluster"})
     (out / "dispatch-rate.jsonl").write_text("\n".join(lines) + "\n")

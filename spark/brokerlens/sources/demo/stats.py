@@ -89,8 +89,8 @@ def _sub_stats(day: Day, t: TopicSpec, s: SubSpec, name: str, k: int, second: in
         # Counters restart at the reload; the bin holding it contributes the part after it.
         first_bin = int(np.argmax(after))
         share = (SNAPSHOTS[first_bin] - reset) / 600
-        out_counter = msgs[first_bin] * share + msgs[first_bin + 1: k + 1].sum()
-        out_bytes = nbytes[first_bin] * share + nbytes[first_bin + 1: k + 1].sum()
+        out_counter = msgs[first_bin] * share + msgs[first_bin + 1 : k + 1].sum()
+        out_bytes = nbytes[first_bin] * share + nbytes[first_bin + 1 : k + 1].sum()
     ranges = cursor.count(second)
     holes = int(cursor.hole_lengths[:ranges].sum())
     unacked = int(holes * t.batch_mean) if s.type in ("Shared", "Key_Shared") else 0
@@ -99,26 +99,42 @@ def _sub_stats(day: Day, t: TopicSpec, s: SubSpec, name: str, k: int, second: in
     rate_out = float(msgs[k]) / 600
     consumers = []
     for c in range(s.consumers):
-        consumers.append(fill(
-            CONSUMER_FIELDS,
-            msgRateOut=round(rate_out / s.consumers, 3), msgThroughputOut=round(nbytes[k] / 600 / s.consumers, 3),
-            bytesOutCounter=int(out_bytes // s.consumers), msgOutCounter=int(out_counter // s.consumers),
-            msgRateRedeliver=round(redelivered[k] / 600 / s.consumers, 3), messageAckRate=round(rate_out / s.consumers, 3),
-            consumerName=f"{s.name}-{c + 1}", availablePermits=1000 - int(day.rng.integers(0, 300)),
-            unackedMessages=unacked // s.consumers, avgMessagesPerEntry=int(t.batch_mean),
-            address=f"/10.0.{c + 4}.{hash_stable(s.name) % 200 + 20}:{40000 + c}",
-            connectedSince=iso(day.day, -86400 + 3600 * c, millis=True) if not (reset and second >= reset)
-            else iso(day.day, reset + 2 + c, millis=True)))
+        consumers.append(
+            fill(
+                CONSUMER_FIELDS,
+                msgRateOut=round(rate_out / s.consumers, 3),
+                msgThroughputOut=round(nbytes[k] / 600 / s.consumers, 3),
+                bytesOutCounter=int(out_bytes // s.consumers),
+                msgOutCounter=int(out_counter // s.consumers),
+                msgRateRedeliver=round(redelivered[k] / 600 / s.consumers, 3),
+                messageAckRate=round(rate_out / s.consumers, 3),
+                consumerName=f"{s.name}-{c + 1}",
+                availablePermits=1000 - int(day.rng.integers(0, 300)),
+                unackedMessages=unacked // s.consumers,
+                avgMessagesPerEntry=int(t.batch_mean),
+                address=f"/10.0.{c + 4}.{hash_stable(s.name) % 200 + 20}:{40000 + c}",
+                connectedSince=iso(day.day, -86400 + 3600 * c, millis=True) if not (reset and second >= reset) else iso(day.day, reset + 2 + c, millis=True),
+            )
+        )
     stats = fill(
         SUBSCRIPTION_FIELDS,
-        msgRateOut=round(rate_out, 3), msgThroughputOut=round(nbytes[k] / 600, 3),
-        bytesOutCounter=int(out_bytes), msgOutCounter=int(out_counter),
-        msgRateRedeliver=round(redelivered[k] / 600, 3), messageAckRate=round(rate_out, 3),
-        msgBacklog=backlog, backlogSize=int(backlog * t.msg_bytes), msgBacklogNoDelayed=backlog - delayed,
-        msgDelayed=delayed, unackedMessages=unacked, type=s.type, consumers=consumers,
+        msgRateOut=round(rate_out, 3),
+        msgThroughputOut=round(nbytes[k] / 600, 3),
+        bytesOutCounter=int(out_bytes),
+        msgOutCounter=int(out_counter),
+        msgRateRedeliver=round(redelivered[k] / 600, 3),
+        messageAckRate=round(rate_out, 3),
+        msgBacklog=backlog,
+        backlogSize=int(backlog * t.msg_bytes),
+        msgBacklogNoDelayed=backlog - delayed,
+        msgDelayed=delayed,
+        unackedMessages=unacked,
+        type=s.type,
+        consumers=consumers,
         nonContiguousDeletedMessagesRanges=ranges,
         nonContiguousDeletedMessagesRangesSerializedSize=serialized_size(ranges),
-        delayedMessageIndexSizeInBytes=delayed * 24)
+        delayedMessageIndexSizeInBytes=delayed * 24,
+    )
     if s.type == "Key_Shared":
         stats["keySharedMode"] = "AUTO_SPLIT"
     return stats
@@ -131,42 +147,63 @@ def topic_stats(day: Day, t: TopicSpec, i: int, name: str, broker: str, k: int) 
     in_counter = int(published[: k + 1].sum()) + 5_000_000
     reset = day.cluster.counter_resets.get(name)
     if reset is not None and second >= reset:
-        in_counter = int(published[int(np.argmax(reset < SNAPSHOTS)): k + 1].sum())
+        in_counter = int(published[int(np.argmax(reset < SNAPSHOTS)) : k + 1].sum())
     producers = [p for p in day.cluster.producers if p.topic is t]
     rate_in = float(published[k]) / 600
-    publishers = [fill(
-        PUBLISHER_FIELDS,
-        msgRateIn=round(rate_in / max(len(producers), 1), 3),
-        msgThroughputIn=round(rate_in * t.msg_bytes / max(len(producers), 1), 3),
-        averageMsgSize=float(t.msg_bytes), producerId=n, producerName=p.name,
-        address=f"/10.0.2.{hash_stable(p.name) % 200 + 20}:{50000 + n}",
-        connectedSince=iso(day.day, -40000, millis=True),
-    ) for n, p in enumerate(producers)]
+    publishers = [
+        fill(
+            PUBLISHER_FIELDS,
+            msgRateIn=round(rate_in / max(len(producers), 1), 3),
+            msgThroughputIn=round(rate_in * t.msg_bytes / max(len(producers), 1), 3),
+            averageMsgSize=float(t.msg_bytes),
+            producerId=n,
+            producerName=p.name,
+            address=f"/10.0.2.{hash_stable(p.name) % 200 + 20}:{50000 + n}",
+            connectedSince=iso(day.day, -40000, millis=True),
+        )
+        for n, p in enumerate(producers)
+    ]
     return fill(
         TOPIC_FIELDS,
-        msgRateIn=round(rate_in, 3), msgThroughputIn=round(rate_in * t.msg_bytes, 3),
+        msgRateIn=round(rate_in, 3),
+        msgThroughputIn=round(rate_in * t.msg_bytes, 3),
         msgRateOut=round(sum(s["msgRateOut"] for s in subs.values()), 3),
         msgThroughputOut=round(sum(s["msgThroughputOut"] for s in subs.values()), 3),
-        bytesInCounter=int(in_counter * t.msg_bytes), msgInCounter=in_counter,
+        bytesInCounter=int(in_counter * t.msg_bytes),
+        msgInCounter=in_counter,
         bytesOutCounter=sum(s["bytesOutCounter"] for s in subs.values()),
         msgOutCounter=sum(s["msgOutCounter"] for s in subs.values()),
-        averageMsgSize=float(t.msg_bytes), storageSize=int(in_counter * t.msg_bytes // 3),
-        backlogSize=sum(s["backlogSize"] for s in subs.values()), publishers=publishers, subscriptions=subs,
+        averageMsgSize=float(t.msg_bytes),
+        storageSize=int(in_counter * t.msg_bytes // 3),
+        backlogSize=sum(s["backlogSize"] for s in subs.values()),
+        publishers=publishers,
+        subscriptions=subs,
         nonContiguousDeletedMessagesRanges=sum(s["nonContiguousDeletedMessagesRanges"] for s in subs.values()),
-        nonContiguousDeletedMessagesRangesSerializedSize=sum(
-            s["nonContiguousDeletedMessagesRangesSerializedSize"] for s in subs.values()),
+        nonContiguousDeletedMessagesRangesSerializedSize=sum(s["nonContiguousDeletedMessagesRangesSerializedSize"] for s in subs.values()),
         delayedMessageIndexSizeInBytes=sum(s["delayedMessageIndexSizeInBytes"] for s in subs.values()),
-        ownerBroker=broker)
+        ownerBroker=broker,
+    )
 
 
 def _sum_stats(parts: list[dict], n: int) -> dict:
     """PartitionedTopicStats: the partitions' stats summed, plus metadata and per-partition stats."""
     first = parts[0]
     total = {k: v for k, v in first.items() if k not in ("subscriptions", "publishers", "ownerBroker", "topicEpoch")}
-    for key in ("msgRateIn", "msgThroughputIn", "msgRateOut", "msgThroughputOut", "bytesInCounter", "msgInCounter",
-                "bytesOutCounter", "msgOutCounter", "storageSize", "backlogSize",
-                "nonContiguousDeletedMessagesRanges", "nonContiguousDeletedMessagesRangesSerializedSize",
-                "delayedMessageIndexSizeInBytes"):
+    for key in (
+        "msgRateIn",
+        "msgThroughputIn",
+        "msgRateOut",
+        "msgThroughputOut",
+        "bytesInCounter",
+        "msgInCounter",
+        "bytesOutCounter",
+        "msgOutCounter",
+        "storageSize",
+        "backlogSize",
+        "nonContiguousDeletedMessagesRanges",
+        "nonContiguousDeletedMessagesRangesSerializedSize",
+        "delayedMessageIndexSizeInBytes",
+    ):
         total[key] = round(sum(p[key] for p in parts), 3) if isinstance(first[key], float) else sum(p[key] for p in parts)
     subs = {}
     for name in first["subscriptions"]:
@@ -210,12 +247,10 @@ def write_topic_stats(day: Day, out: Path) -> tuple[int, int]:
             if t.stats_shape == "partitioned":
                 body = _sum_stats(stats, t.partitions)
                 body["partitions"] = dict(zip(names, stats))
-                array.add({"collected_at": iso(day.day, second), "cluster": CLUSTER, "broker": t.brokers[0],
-                           "topic": t.name, "stats": body})
+                array.add({"collected_at": iso(day.day, second), "cluster": CLUSTER, "broker": t.brokers[0], "topic": t.name, "stats": body})
             else:
                 for i, name in enumerate(names):
-                    array.add({"collected_at": iso(day.day, second), "cluster": CLUSTER, "broker": t.brokers[i],
-                               "topic": name, "stats": stats[i]})
+                    array.add({"collected_at": iso(day.day, second), "cluster": CLUSTER, "broker": t.brokers[i], "topic": name, "stats": stats[i]})
         records += array.close()
     return len(SNAPSHOTS), records
 
@@ -233,13 +268,17 @@ def write_internal_stats(day: Day, out: Path) -> tuple[int, int, list[dict]]:
                 states[s.name] = st
                 cursors[s.name] = fill(
                     CURSOR_FIELDS,
-                    markDeletePosition=st["mark"], readPosition=st["read"], waitingReadOp=st["ranges"] == 0,
+                    markDeletePosition=st["mark"],
+                    readPosition=st["read"],
+                    waitingReadOp=st["ranges"] == 0,
                     messagesConsumedCounter=int(day.delivered[(name, s.name)][0].sum()),
-                    cursorLedger=int(ledgers.ids[-1]) + 7, cursorLedgerLastEntry=int(second) // 60,
-                    individuallyDeletedMessages=st["text"], lastLedgerSwitchTimestamp=iso(day.day, 0, millis=True),
-                    numberOfEntriesSinceFirstNotAckedMessage=int(
-                        day.cursors[name][s.name].frontier(float(second)) - st["mark_offset"]),
-                    totalNonContiguousDeletedMessagesRange=st["ranges"])
+                    cursorLedger=int(ledgers.ids[-1]) + 7,
+                    cursorLedgerLastEntry=int(second) // 60,
+                    individuallyDeletedMessages=st["text"],
+                    lastLedgerSwitchTimestamp=iso(day.day, 0, millis=True),
+                    numberOfEntriesSinceFirstNotAckedMessage=int(day.cursors[name][s.name].frontier(float(second)) - st["mark_offset"]),
+                    totalNonContiguousDeletedMessagesRange=st["ranges"],
+                )
                 if second == INTERNAL[-1] and st["ranges"] and _spans_ledgers(st["text"]):
                     spanning.append({"topic": name, "subscription": s.name})
             oldest = min(day.cursors[name][s].first_offset() for s in cursors)
@@ -249,14 +288,18 @@ def write_internal_stats(day: Day, out: Path) -> tuple[int, int, list[dict]]:
             last_ledger = ledger_info[-1]["ledgerId"]
             stats = fill(
                 MANAGED_LEDGER_FIELDS,
-                entriesAddedCounter=int(frontier - ledgers.starts[0]), numberOfEntries=int(frontier - oldest),
-                totalSize=int((frontier - oldest) * entry_bytes), currentLedgerEntries=current_entries,
+                entriesAddedCounter=int(frontier - ledgers.starts[0]),
+                numberOfEntries=int(frontier - oldest),
+                totalSize=int((frontier - oldest) * entry_bytes),
+                currentLedgerEntries=current_entries,
                 currentLedgerSize=current_size,
                 lastLedgerCreatedTimestamp=iso(day.day, max(0, int(second) - 3000), millis=True),
                 waitingCursorsCount=sum(1 for c in cursors.values() if c["waitingReadOp"]),
-                lastConfirmedEntry=f"{last_ledger}:{current_entries - 1}", ledgers=ledger_info, cursors=cursors)
-            array.add({"collected_at": iso(day.day, int(second)), "cluster": CLUSTER, "broker": broker,
-                       "topic": name, "stats": stats})
+                lastConfirmedEntry=f"{last_ledger}:{current_entries - 1}",
+                ledgers=ledger_info,
+                cursors=cursors,
+            )
+            array.add({"collected_at": iso(day.day, int(second)), "cluster": CLUSTER, "broker": broker, "topic": name, "stats": stats})
         records += array.close()
     return len(INTERNAL), records, spanning
 
