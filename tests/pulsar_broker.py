@@ -49,14 +49,27 @@ BASE_CONFIG = {
     "loadBalancerOverrideBrokerNicSpeedGbps": 10,
 }
 JVM_OPTIONS = [
-    "-Xms256m", "-Xmx1g", "-XX:MaxDirectMemorySize=1g", "-XX:+UseG1GC",
+    "-Xms256m",
+    "-Xmx1g",
+    "-XX:MaxDirectMemorySize=1g",
+    "-XX:+UseG1GC",
     # What Pulsar's bin/pulsar passes on Java 17 for Netty and its metrics.
-    "--add-opens", "java.base/java.io=ALL-UNNAMED", "--add-opens", "java.base/java.util.zip=ALL-UNNAMED",
-    "--add-opens", "java.base/sun.net=ALL-UNNAMED", "--add-opens", "java.base/jdk.internal.misc=ALL-UNNAMED",
-    "--add-opens", "java.management/sun.management=ALL-UNNAMED",
-    "--add-opens", "jdk.management/com.sun.management.internal=ALL-UNNAMED",
-    "--add-exports", "java.base/jdk.internal.platform=ALL-UNNAMED",
-    "-Dio.netty.tryReflectionSetAccessible=true", "-Dpulsar.allocator.exit_on_oom=true",
+    "--add-opens",
+    "java.base/java.io=ALL-UNNAMED",
+    "--add-opens",
+    "java.base/java.util.zip=ALL-UNNAMED",
+    "--add-opens",
+    "java.base/sun.net=ALL-UNNAMED",
+    "--add-opens",
+    "java.base/jdk.internal.misc=ALL-UNNAMED",
+    "--add-opens",
+    "java.management/sun.management=ALL-UNNAMED",
+    "--add-opens",
+    "jdk.management/com.sun.management.internal=ALL-UNNAMED",
+    "--add-exports",
+    "java.base/jdk.internal.platform=ALL-UNNAMED",
+    "-Dio.netty.tryReflectionSetAccessible=true",
+    "-Dpulsar.allocator.exit_on_oom=true",
 ]
 LOG4J = """status = error
 appender.file.type = File
@@ -124,15 +137,25 @@ class PulsarBroker:
         conf = self._write_config()
         java = os.path.join(os.environ["JAVA_HOME"], "bin", "java") if os.environ.get("JAVA_HOME") else "java"
         command = [
-            java, *JVM_OPTIONS, f"-Dlog4j2.configurationFile={self.root / 'log4j2.properties'}",
-            "-cp", f"{self.lib}/*", "org.apache.pulsar.PulsarStandaloneStarter", "--config", str(conf),
-            "--no-functions-worker", "--no-stream-storage", "--bookkeeper-port", str(self.bookie_port),
-            "--bookkeeper-dir", str(self.root / "data" / "bookkeeper"),
-            "--metadata-dir", str(self.root / "data" / "metadata"),
+            java,
+            *JVM_OPTIONS,
+            f"-Dlog4j2.configurationFile={self.root / 'log4j2.properties'}",
+            "-cp",
+            f"{self.lib}/*",
+            "org.apache.pulsar.PulsarStandaloneStarter",
+            "--config",
+            str(conf),
+            "--no-functions-worker",
+            "--no-stream-storage",
+            "--bookkeeper-port",
+            str(self.bookie_port),
+            "--bookkeeper-dir",
+            str(self.root / "data" / "bookkeeper"),
+            "--metadata-dir",
+            str(self.root / "data" / "metadata"),
         ]
         with open(self.root / "stdout.log", "ab") as out:
-            self.process = subprocess.Popen(command, cwd=self.root, stdout=out, stderr=subprocess.STDOUT,
-                                            start_new_session=True)
+            self.process = subprocess.Popen(command, cwd=self.root, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         self.starts += 1
         try:
             self._wait_ready()

@@ -20,14 +20,18 @@ pytestmark = pytest.mark.pulsar
 @pytest.fixture(scope="module")
 def broker(pulsar_brokers):
     # Broker metrics (the cursor's among them) are recomputed every statsUpdateFrequencyInSecs.
-    return pulsar_brokers.get(pulsar_jars.LTS, {"managedLedgerMaxUnackedRangesToPersist": 77,
-                                                "statsUpdateFrequencyInSecs": 2})
+    return pulsar_brokers.get(pulsar_jars.LTS, {"managedLedgerMaxUnackedRangesToPersist": 77, "statsUpdateFrequencyInSecs": 2})
 
 
 def test_fetch_is_cached(pulsar_brokers):
     """A second fetch runs no Maven (none on PATH here): the cached folder is the answer."""
-    done = subprocess.run([sys.executable, str(REPO / "infra" / "pulsar" / "fetch.py"), pulsar_jars.LTS],
-                          capture_output=True, text=True, timeout=60, env={**os.environ, "PATH": ""})
+    done = subprocess.run(
+        [sys.executable, str(REPO / "infra" / "pulsar" / "fetch.py"), pulsar_jars.LTS],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PATH": ""},
+    )
     assert done.returncode == 0, done.stderr
     assert f"pulsar {pulsar_jars.LTS}: " in done.stdout
     assert len(list(pulsar_jars.lib_dir(pulsar_jars.LTS).glob("*.jar"))) > 250
@@ -63,8 +67,7 @@ def test_metrics_names_are_pulsar_not_brk(broker):
     starts with brk_."""
     deadline = time.monotonic() + 30
     while True:
-        names = {line.split("{")[0].split(" ")[0] for line in broker.metrics().splitlines()
-                 if line and not line.startswith("#")}
+        names = {line.split("{")[0].split(" ")[0] for line in broker.metrics().splitlines() if line and not line.startswith("#")}
         if "pulsar_ml_cursor_nonContiguousDeletedMessagesRange" in names or time.monotonic() > deadline:
             break
         time.sleep(1)

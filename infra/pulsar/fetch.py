@@ -47,14 +47,23 @@ def fetch(version: str) -> Path:
         return lib
     mvn = shutil.which("mvn")
     if mvn is None:
-        raise FetchError("mvn not found: the live Pulsar broker's JARs are fetched with Maven "
-                         "(Debian/Ubuntu: apt-get install -y maven)")
+        raise FetchError("mvn not found: the live Pulsar broker's JARs are fetched with Maven (Debian/Ubuntu: apt-get install -y maven)")
     partial = lib.with_name("lib.partial")
     shutil.rmtree(partial, ignore_errors=True)
     partial.parent.mkdir(parents=True, exist_ok=True)
-    command = [mvn, "-B", "-q", "-s", str(HERE / "settings.xml"), "-f", str(HERE / "pom.xml"),
-               f"-Dpulsar.version={version}", "-DincludeScope=runtime",
-               f"-DoutputDirectory={partial}", "dependency:copy-dependencies"]
+    command = [
+        mvn,
+        "-B",
+        "-q",
+        "-s",
+        str(HERE / "settings.xml"),
+        "-f",
+        str(HERE / "pom.xml"),
+        f"-Dpulsar.version={version}",
+        "-DincludeScope=runtime",
+        f"-DoutputDirectory={partial}",
+        "dependency:copy-dependencies",
+    ]
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0 or not any(partial.glob("pulsar-broker-*.jar")):
         tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
