@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Creates .venv and installs the locked dependencies on first use; a no-op afterwards
 # unless requirements/lock.txt or pyproject.toml changed. Checks for a JDK 17 (Spark runs on it;
-# its javac builds brokerlens' own JAR).
+# its javac builds brokerlens' own JAR) and Maven (it fetches the live-broker tests' Pulsar JARs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -24,6 +24,21 @@ no JDK 17 was found.
   Debian/Ubuntu:  sudo apt-get install -y openjdk-17-jdk-headless
   macOS:          brew install openjdk@17
   or point JAVA_HOME at a Java 17 installation.
+MSG
+    exit 1
+  fi
+fi
+
+# The live-broker tests fetch Apache Pulsar's JARs with Maven (infra/pulsar/fetch.py).
+if ! command -v mvn >/dev/null 2>&1; then
+  if [ "${CI:-}" = "true" ] && [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null; then
+    echo "bootstrap: Maven missing, installing maven (CI)" >&2
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq maven >/dev/null
+  else
+    cat >&2 <<'MSG'
+bootstrap: the live Pulsar broker tests fetch Pulsar's JARs with Maven: mvn was not found.
+  Debian/Ubuntu:  sudo apt-get install -y maven
+  macOS:          brew install maven
 MSG
     exit 1
   fi

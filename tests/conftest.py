@@ -48,3 +48,19 @@ def settings(brokerlens_home):
 def brokerlens_command():
     """argv for the installed `brokerlens` command, for tests that run it as a user would."""
     return lambda *args: [str(Path(sys.executable).with_name("brokerlens")), *args]
+
+
+@pytest.fixture(scope="session")
+def pulsar_brokers(tmp_path_factory):
+    """Live Apache Pulsar standalone brokers (tests/pulsar_broker.py): ``pulsar_brokers.get(version,
+    config)`` starts one per version and broker.conf overrides, or returns the running one.
+    ``BROKERLENS_SKIP_PULSAR_TESTS=1`` skips every test that uses it; nothing else does: a missing
+    Maven or JDK, or a failed fetch, fails them."""
+    from pulsar_broker import BrokerPool, skip_reason
+
+    reason = skip_reason()
+    if reason:
+        pytest.skip(reason)
+    pool = BrokerPool(tmp_path_factory.mktemp("pulsar"))
+    yield pool
+    pool.close()

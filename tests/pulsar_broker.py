@@ -1,0 +1,249 @@
+"""A real Apache Pulsar standalone broker (broker, bookie and RocksDB metadata store in one JVM)
+for the live-broker tests: Pulsar's own JARs from Maven Central (infra/pulsar/fetch.py), every
+port chosen free on 127.0.0.1, the data dir in a folder of the caller's, a bounded heap, the log
+in ``<root>/broker.log``. Stopped by its pid; can be killed with SIGKILL and started again on the
+same data (a crash)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import requests
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "infra" / "pulsar"))
+import fetch as pulsar_jars  # noqa: E402  (infra/pulsar/fetch.py: the pinned versions and the JAR cache)
+
+SKIP_ENV = "BROKERLENS_SKIP_PULSAR_TESTS"
+LOOPBACK = next((name for _, name in socket.if_nameindex() if name.startswith("lo")), "lo")
+START_TIMEOUT_SECONDS = float(os.environ.get("BROKERLENS_PULSAR_START_TIMEOUT", "240"))
+# What the standalone needs beyond Pulsar's defaults: one bookie, so quorums of one; no
+# functions, websocket or transactions, which the tests do not use and which cost start time.
+BASE_CONFIG = {
+    "clusterName": "standalone",
+    "advertisedAddress": "127.0.0.1",
+    "bindAddress": "127.0.0.1",
+    "managedLedgerDefaultEnsembleSize": 1,
+    "managedLedgerDefaultWriteQuorum": 1,
+    "managedLedgerDefaultAckQuorum": 1,
+    "functionsWorkerEnabled": "false",
+    "webSocketServiceEnabled": "false",
+    "transactionCoordinatorEnabled": "false",
+    "httpServerEnabled": "false",
+    # The bookie binds to the loopback interface only (else it listens on every address).
+    "listeningInterface": LOOPBACK,
+    "allowLoopback": "true",
+    # Else Pulsar's BKCluster ignores --bookkeeper-port and takes a port of its own choosing.
+    "allowEphemeralPorts": "true",
+    "exposeTopicLevelMetricsInPrometheus": "true",
+    "exposeConsumerLevelMetricsInPrometheus": "true",
+    "exposeManagedCursorMetricsInPrometheus": "true",
+    "allowAutoTopicCreationType": "non-partitioned",
+}
+JVM_OPTIONS = [
+    "-Xms256m", "-Xmx1g", "-XX:MaxDirectMemorySize=1g", "-XX:+UseG1GC",
+    # What Pulsar's bin/pulsar passes on Java 17 for Netty and its metrics.
+    "--add-opens", "java.base/java.io=ALL-UNNAMED", "--add-opens", "java.base/java.util.zip=ALL-UNNAMED",
+    "--add-opens", "java.base/sun.net=ALL-UNNAMED", "--add-opens", "java.base/jdk.internal.misc=ALL-UNNAMED",
+    "--add-opens", "java.management/sun.management=ALL-UNNAMED",
+    "--add-opens", "jdk.management/com.sun.management.internal=ALL-UNNAMED",
+    "-Dio.netty.tryReflectionSetAccessible=true", "-Dpulsar.allocator.exit_on_oom=true",
+]
+LOG4J = """status = error
+appender.file.type = File
+appender.file.name = file
+appender.file.fileName = {log}
+appender.file.append = true
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = %d{{ISO8601}} %-5level [%t] %c{{1}} - %msg%n
+rootLogger.level = info
+rootLogger.appenderRef.file.ref = file
+"""
+
+
+class BrokerError(RuntimeError):
+    """The standalone did not come up; the message ends with its log's last lines."""
+
+
+def skip_reason() -> str | None:
+    if os.environ.get(SKIP_ENV) == "1":
+        return f"{SKIP_ENV}=1: live Pulsar broker tests skipped"
+    return None
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class PulsarBroker:
+    """One standalone broker. ``config`` overrides broker.conf keys (values written as given)."""
+
+    def __init__(self, root: Path, version: str = pulsar_jars.LTS, config: dict | None = None):
+        self.root, self.version = Path(root), version
+        self.config = {**BASE_CONFIG, **(config or {})}
+        self.lib = pulsar_jars.fetch(version)
+        self.broker_port, self.web_port, self.bookie_port = free_port(), free_port(), free_port()
+        self.process: subprocess.Popen | None = None
+        self.starts = 0
+
+    @property
+    def admin_url(self) -> str:
+        return f"http://127.0.0.1:{self.web_port}"
+
+    @property
+    def service_url(self) -> str:
+        return f"pulsar://127.0.0.1:{self.broker_port}"
+
+    @property
+    def log_path(self) -> Path:
+        return self.root / "broker.log"
+
+    def _write_config(self) -> Path:
+        conf = {**self.config, "brokerServicePort": self.broker_port, "webServicePort": self.web_port}
+        path = self.root / "standalone.conf"
+        path.write_text("".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}\n" for k, v in conf.items()))
+        (self.root / "log4j2.properties").write_text(LOG4J.format(log=self.log_path))
+        return path
+
+    def start(self) -> "PulsarBroker":
+        """Start (or start again on the same data dir) and wait until ``public/default`` exists."""
+        if self.running:
+            raise BrokerError(f"broker {self.version} is already running (pid {self.process.pid})")
+        self.root.mkdir(parents=True, exist_ok=True)
+        conf = self._write_config()
+        java = os.path.join(os.environ["JAVA_HOME"], "bin", "java") if os.environ.get("JAVA_HOME") else "java"
+        command = [
+            java, *JVM_OPTIONS, f"-Dlog4j2.configurationFile={self.root / 'log4j2.properties'}",
+            "-cp", f"{self.lib}/*", "org.apache.pulsar.PulsarStandaloneStarter", "--config", str(conf),
+            "--no-functions-worker", "--no-stream-storage", "--bookkeeper-port", str(self.bookie_port),
+            "--bookkeeper-dir", str(self.root / "data" / "bookkeeper"),
+            "--metadata-dir", str(self.root / "data" / "metadata"),
+        ]
+        with open(self.root / "stdout.log", "ab") as out:
+            self.process = subprocess.Popen(command, cwd=self.root, stdout=out, stderr=subprocess.STDOUT,
+                                            start_new_session=True)
+        self.starts += 1
+        try:
+            self._wait_ready()
+        except BaseException:
+            self.kill()
+            raise
+        return self
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + START_TIMEOUT_SECONDS
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise BrokerError(f"broker {self.version} exited with {self.process.returncode}:\n{self.log_tail()}")
+            try:
+                # The admin API answers before the standalone has created public/default.
+                response = requests.get(self.admin_url + "/admin/v2/namespaces/public", timeout=5)
+                if response.status_code == 200 and "public/default" in response.json():
+                    return
+            except (requests.ConnectionError, requests.Timeout, ValueError):
+                pass
+            time.sleep(1)
+        raise BrokerError(f"broker {self.version} not ready in {START_TIMEOUT_SECONDS:.0f}s:\n{self.log_tail()}")
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def stop(self, timeout: float = 60) -> None:
+        """SIGTERM (a graceful shutdown: topics closed, cursors persisted), SIGKILL after ``timeout``."""
+        if not self.running:
+            return
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+    def kill(self) -> None:
+        """SIGKILL: the process dies with whatever it had not persisted (a crash)."""
+        if self.running:
+            self.process.kill()
+            self.process.wait(30)
+
+    def restart(self, crash: bool = False) -> "PulsarBroker":
+        self.kill() if crash else self.stop()
+        return self.start()
+
+    def client(self):
+        """A ``pulsar.Client`` on this broker that logs warnings only."""
+        import pulsar
+
+        return pulsar.Client(self.service_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn))
+
+    def log_tail(self, lines: int = 30) -> str:
+        texts = [p.read_text(errors="replace") for p in (self.log_path, self.root / "stdout.log") if p.is_file()]
+        return "\n".join("\n".join(t.splitlines()[-lines:]) for t in texts if t.strip())
+
+    # --- admin API -------------------------------------------------------------------------
+    def admin(self, method: str, path: str, **kwargs):
+        response = requests.request(method, self.admin_url + path, timeout=30, **kwargs)
+        if response.status_code >= 400:
+            raise BrokerError(f"{method} {path}: HTTP {response.status_code} {response.text[:300]}")
+        return response.json() if response.content.strip() else None
+
+    def topic_path(self, topic: str) -> str:
+        """``persistent://public/default/t`` → ``/admin/v2/persistent/public/default/t``."""
+        domain, rest = topic.split("://", 1)
+        return f"/admin/v2/{domain}/{rest}"
+
+    def stats(self, topic: str) -> dict:
+        return self.admin("GET", self.topic_path(topic) + "/stats")
+
+    def internal_stats(self, topic: str) -> dict:
+        return self.admin("GET", self.topic_path(topic) + "/internalStats")
+
+    def unload(self, topic: str) -> None:
+        self.admin("PUT", self.topic_path(topic) + "/unload")
+
+    def set_dynamic(self, key: str, value) -> None:
+        """A dynamic broker setting (``/admin/v2/brokers/configuration/{key}/{value}``), no restart."""
+        self.admin("POST", f"/admin/v2/brokers/configuration/{key}/{value}")
+
+    def runtime_config(self) -> dict:
+        return self.admin("GET", "/admin/v2/brokers/configuration/runtime")
+
+    def metrics(self) -> str:
+        response = requests.get(self.admin_url + "/metrics/", timeout=30)
+        response.raise_for_status()
+        return response.text
+
+
+class BrokerPool:
+    """The session's brokers: one per (version, configuration), reused by every test that asks for
+    the same; at most ``max_running`` alive at once (starting another stops the least recently used)."""
+
+    def __init__(self, root: Path, max_running: int = 2):
+        self.root, self.max_running = root, max_running
+        self.brokers: dict[tuple, PulsarBroker] = {}  # least recently used first
+        self.made = 0
+
+    def get(self, version: str = pulsar_jars.LTS, config: dict | None = None) -> PulsarBroker:
+        key = (version, tuple(sorted((k, str(v)) for k, v in (config or {}).items())))
+        broker = self.brokers.pop(key, None)
+        if broker is None:
+            self.made += 1
+            broker = PulsarBroker(self.root / f"broker-{self.made}-{version}", version, config)
+        others = [b for b in self.brokers.values() if b.running]  # least recently used first
+        while others and len(others) >= self.max_running:
+            others.pop(0).stop()
+        self.brokers[key] = broker
+        if not broker.running:
+            broker.start()
+        return broker
+
+    def close(self) -> None:
+        for broker in self.brokers.values():
+            broker.stop()

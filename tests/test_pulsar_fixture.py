@@ -1,0 +1,70 @@
+"""The live-broker fixture itself: Pulsar 4.0.7 from Maven Central starts on free 127.0.0.1 ports,
+takes a broker.conf override, carries messages, and stops by its pid."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+
+import psutil
+import pytest
+
+from pulsar_broker import REPO, pulsar_jars
+
+pytestmark = pytest.mark.pulsar
+
+
+@pytest.fixture(scope="module")
+def broker(pulsar_brokers):
+    return pulsar_brokers.get(pulsar_jars.LTS, {"managedLedgerMaxUnackedRangesToPersist": 77})
+
+
+def test_fetch_is_cached(pulsar_brokers):
+    """A second fetch runs no Maven (none on PATH here): the cached folder is the answer."""
+    done = subprocess.run([sys.executable, str(REPO / "infra" / "pulsar" / "fetch.py"), pulsar_jars.LTS],
+                          capture_output=True, text=True, timeout=60, env={**os.environ, "PATH": ""})
+    assert done.returncode == 0, done.stderr
+    assert f"pulsar {pulsar_jars.LTS}: " in done.stdout
+    assert len(list(pulsar_jars.lib_dir(pulsar_jars.LTS).glob("*.jar"))) > 250
+
+
+def test_produce_consume_and_config(broker):
+    topic = f"persistent://public/default/fixture-{uuid.uuid4().hex[:8]}"
+    client = broker.client()
+    try:
+        consumer = client.subscribe(topic, "s")
+        producer = client.create_producer(topic)
+        for i in range(5):
+            producer.send(f"m{i}".encode())
+        received = []
+        for _ in range(5):
+            message = consumer.receive(10_000)
+            received.append(message.data().decode())
+            consumer.acknowledge(message)
+    finally:
+        client.close()
+    assert received == [f"m{i}" for i in range(5)]
+    stats = broker.stats(topic)
+    assert stats["msgInCounter"] == 5
+    assert stats["subscriptions"]["s"]["msgOutCounter"] == 5
+    assert broker.runtime_config()["managedLedgerMaxUnackedRangesToPersist"] == "77"
+    assert broker.version == pulsar_jars.LTS
+    assert f"pulsar-broker-{pulsar_jars.LTS}.jar" in {p.name for p in broker.lib.iterdir()}
+
+
+def test_listens_on_loopback_only(broker):
+    ports = {c.laddr for c in psutil.Process(broker.process.pid).net_connections("tcp") if c.status == "LISTEN"}
+    assert {port for _, port in ports} >= {broker.broker_port, broker.web_port, broker.bookie_port}
+    assert {host.removeprefix("::ffff:") for host, _ in ports} == {"127.0.0.1"}
+
+
+def test_stop_by_pid(broker):
+    """SIGTERM by its pid (last in this module: a later ``get`` starts it again on the same data)."""
+    pid = broker.process.pid
+    broker.stop()
+    assert not broker.running
+    assert not psutil.pid_exists(pid)
+    # 143: the JVM's exit on SIGTERM after its shutdown hooks ran (not SIGKILL's -9).
+    assert broker.process.returncode in (0, 143)
