@@ -45,6 +45,8 @@ BASE_CONFIG = {
     "exposeConsumerLevelMetricsInPrometheus": "true",
     "exposeManagedCursorMetricsInPrometheus": "true",
     "allowAutoTopicCreationType": "non-partitioned",
+    # 3.0.x refuses to start when it cannot read the NIC speed (containers), for its load balancer.
+    "loadBalancerOverrideBrokerNicSpeedGbps": 10,
 }
 JVM_OPTIONS = [
     "-Xms256m", "-Xmx1g", "-XX:MaxDirectMemorySize=1g", "-XX:+UseG1GC",
@@ -53,6 +55,7 @@ JVM_OPTIONS = [
     "--add-opens", "java.base/sun.net=ALL-UNNAMED", "--add-opens", "java.base/jdk.internal.misc=ALL-UNNAMED",
     "--add-opens", "java.management/sun.management=ALL-UNNAMED",
     "--add-opens", "jdk.management/com.sun.management.internal=ALL-UNNAMED",
+    "--add-exports", "java.base/jdk.internal.platform=ALL-UNNAMED",
     "-Dio.netty.tryReflectionSetAccessible=true", "-Dpulsar.allocator.exit_on_oom=true",
 ]
 LOG4J = """status = error
