@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 import uuid
 
 import psutil
@@ -18,7 +19,9 @@ pytestmark = pytest.mark.pulsar
 
 @pytest.fixture(scope="module")
 def broker(pulsar_brokers):
-    return pulsar_brokers.get(pulsar_jars.LTS, {"managedLedgerMaxUnackedRangesToPersist": 77})
+    # Broker metrics (the cursor's among them) are recomputed every statsUpdateFrequencyInSecs.
+    return pulsar_brokers.get(pulsar_jars.LTS, {"managedLedgerMaxUnackedRangesToPersist": 77,
+                                                "statsUpdateFrequencyInSecs": 2})
 
 
 def test_fetch_is_cached(pulsar_brokers):
@@ -52,6 +55,22 @@ def test_produce_consume_and_config(broker):
     assert broker.runtime_config()["managedLedgerMaxUnackedRangesToPersist"] == "77"
     assert broker.version == pulsar_jars.LTS
     assert f"pulsar-broker-{pulsar_jars.LTS}.jar" in {p.name for p in broker.lib.iterdir()}
+
+
+def test_metrics_names_are_pulsar_not_brk(broker):
+    """/metrics writes the broker's brk_ names as pulsar_ (PrometheusMetricsGenerator): the cursor's
+    range count is pulsar_ml_cursor_nonContiguousDeletedMessagesRange on 4.0.7, and no family
+    starts with brk_."""
+    deadline = time.monotonic() + 30
+    while True:
+        names = {line.split("{")[0].split(" ")[0] for line in broker.metrics().splitlines()
+                 if line and not line.startswith("#")}
+        if "pulsar_ml_cursor_nonContiguousDeletedMessagesRange" in names or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert "pulsar_ml_cursor_nonContiguousDeletedMessagesRange" in names
+    assert f'version="{pulsar_jars.LTS}"' in broker.metrics()
+    assert not {n for n in names if n.startswith("brk_")}
 
 
 def test_listens_on_loopback_only(broker):
