@@ -26,7 +26,7 @@ from brokerlens.platform.tables import table_schema, write_table
 
 DAY = date(2026, 11, 21)
 T0 = datetime(2026, 11, 21, tzinfo=timezone.utc)
-SECTION_IDS = ["headline", "dispatch", "cursors", "alerts", "producers", "quarantine", "quality"]
+SECTION_IDS = ["headline", "dispatch", "cursors", "reloads", "alerts", "producers", "quarantine", "quality"]
 
 S1 = dict(level="subscription", cluster="c1", broker="broker-1:8080",
           topic="persistent://shop/orders/orders-partition-0", subscription="billing")
@@ -112,6 +112,15 @@ def seeded_day(spark):
     cursors += [cursor("stuck", T0 + timedelta(hours=h), 12000 + h, growth=1.0) for h in range(0, 24, 4)]
     cursors += [cursor("healthy", T0 + timedelta(hours=h), 40, growth=0.0) for h in range(0, 24, 6)]
     put(spark, "cursor_ranges", cursors)
+    # "stuck" moved to another broker at 10:00 and 21 acknowledgements came back, as predicted.
+    put(spark, "reload_events", [dict(
+        day=DAY, cluster="c1", namespace="shop/orders", topic="persistent://shop/orders/orders-partition-0",
+        subscription="stuck", before_at=T0 + timedelta(hours=10), after_at=T0 + timedelta(hours=10, minutes=5),
+        broker_before="broker-1:8080", broker_after="broker-2:8080", signals=["counters-reset", "broker-changed"],
+        ranges_before=12_008, cap=10_000, persist_mode="ranges", predicted_unload_exposure=21,
+        predicted_crash_exposure=21, backlog_before=100, backlog_after=121, backlog_jump=21, acks_lost=21,
+        msg_out_after=121, observed_lost=21, explained_by="unload-or-crash", lost_acknowledgements=True,
+    )])
 
     alert_base = dict(day=DAY, cluster="c1", namespace="shop/orders",
                       topic="persistent://shop/orders/orders-partition-0", subscription_type="Shared",
@@ -236,6 +245,10 @@ def test_report_numbers_sections_and_charts(spark, settings, seeded_day, tmp_pat
     assert "3 | records quarantined" in headline
     assert "1 | new or escalated alerts" in headline
     assert "1 | producers with findings" in headline
+    assert "1 | reloads that lost acknowledgements" in headline
+    reloads = page.joined("reloads")
+    assert "shop/orders/orders-partition-0 | stuck | 10:00:00 – 10:05:00 | counters-reset, broker-changed | 12,008" in reloads
+    assert "21 / 21 | 21 | unload-or-crash" in reloads
 
     # Dispatch: the worst scopes first, one chart each with its own totals, none for the broker.
     charts = [i for i in page.images if i["section"] == "dispatch"]
