@@ -37,9 +37,11 @@ from brokerlens.platform.stage import StageFailed, StageResult
 
 log = logging.getLogger(__name__)
 
-# broker.conf keys landing needs (DESIGN.md "Dispatch throttling", "Unacked ranges and holes").
+# broker.conf keys landing needs (DESIGN.md "Dispatch throttling", "Unacked ranges and holes"): the
+# limiter factory decides the limiter model, the backlogged threshold when a cursor is charged.
 BROKER_KEYS = re.compile(
     r"^(dispatchThrottling.*|dispatcherMaxReadBatchSize|dispatcherMinReadBatchSize|preciseDispatcherFlowControl"
+    r"|dispatchRateLimiterFactoryClassName|managedLedgerCursorBackloggedThreshold"
     r"|managedLedgerMaxUnackedRangesToPersist|managedLedgerMaxEntriesPerLedger|topicLevelPoliciesEnabled)$"
 )
 RETRY_STATUS = {429, 500, 502, 503, 504}
@@ -143,10 +145,6 @@ def _topic_path(topic: str) -> str:
     return f"/admin/v2/{domain}/" + "/".join(quote(part, safe="") for part in rest.split("/"))
 
 
-def _iso(t: datetime) -> str:
-    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def _write_atomic(path: Path, text: str) -> None:
     # Land may scan the folder at any time: it must never see a half-written file.
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -199,7 +197,10 @@ def collect(
     now = clock.replace(microsecond=0)
     if day is not None and day != now.date():
         raise CollectError(f"collect snapshots the cluster now ({now.date()} UTC); it cannot collect {day}")
-    collected_at, stamp = _iso(now), clock.strftime("%H%M%S-%f")[:-3]
+    # Milliseconds: snapshots a second apart are judged against limits of one second, and
+    # whole seconds would make their intervals up to a second wrong (or zero).
+    stamp = clock.strftime("%H%M%S-%f")[:-3]
+    collected_at = f"{clock.strftime('%Y-%m-%dT%H:%M:%S')}.{stamp[-3:]}Z"
     root = settings.landing / now.date().isoformat()
     client = AdminClient(url, settings)
     conf = settings.collect
