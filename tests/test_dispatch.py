@@ -3,12 +3,14 @@ property test against a plain sequential reference, day-by-day builds and cascad
 
 from __future__ import annotations
 
+import json
 import os
 import random
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta, timezone
 
 import pytest
+from pyspark.sql import functions as F
 
 from brokerlens.gold.dispatch.build import build_dispatch
 from brokerlens.gold.dispatch.daily import dispatch_daily, worst_scopes
@@ -17,6 +19,7 @@ from brokerlens.gold.dispatch.models import limiter_models
 from brokerlens.gold.dispatch.periods import dispatch_periods
 from brokerlens.platform.schemas import table_schema
 from brokerlens.platform.tables import read_table, write_table
+from brokerlens.silver.intervals import counter_intervals, counter_snapshots
 
 D1 = date(2026, 11, 21)
 D2 = D1 + timedelta(days=1)
@@ -234,7 +237,9 @@ def test_batch_counting_by_entries(spark):
 
 
 def test_scrape_grain_prorates_the_quota(spark):
-    """Counter snapshots 60 s apart at 10/s: each interval is judged against 600."""
+    """Counter snapshots 60 s apart at 10/s: each interval is judged against 600, plus one period's
+    quota of slack (10): the limiter's periods are not aligned with the snapshots, so an interval
+    can hold 61 periods' reads (a live broker at its limit showed 100 in a 1 s interval at 50/s)."""
     t = partition("orders", 0)
     rows = periods_of(
         spark,
@@ -245,9 +250,11 @@ def test_scrape_grain_prorates_the_quota(spark):
     )  # fmt: skip
     assert [r["grain"] for r in rows] == ["scrape"] * 3
     assert [r["quota_msgs"] for r in rows] == [10 * 60, 10 * 60, 10 * 30]
-    assert [r["over_msgs"] for r in rows] == [50, 580 - (600 - 50), 0]
-    # 30 s without a snapshot between 120 s and 150 s drained 300 of the 30 left.
-    assert [r["debt_in_msgs"] for r in rows] == [0, 50, 0]
+    assert [r["allowed_msgs"] for r in rows] == [610, 610 - 50, 310]
+    assert [r["over_msgs"] for r in rows] == [650 - 610, 580 - 560, 0]
+    # The state is 50 then 30 (debt beyond the slack: 40, 20); 30 s without a snapshot between
+    # 120 s and 150 s drained 300 of the 30 left.
+    assert [r["debt_in_msgs"] for r in rows] == [0, 40, 0]
 
 
 def test_over_delivery_causes(spark):
@@ -265,6 +272,40 @@ def test_over_delivery_causes(spark):
     assert redelivery["over_approx_bytes"] == 500 - 300  # all bytes over that redelivery does not explain
     assert (batch["over_msgs"], batch["over_batch_msgs"], batch["over_redelivery_msgs"]) == (6, 6, 0)
     assert big_entry["over_approx_bytes"] == 300  # one 1300 B entry overshot a 1000 B allowance
+
+
+def test_batched_burst_in_counters_is_put_down_to_batching(spark):
+    """Only topic-stats counters: 250 messages in 5-message batches in one second over 50/s (150
+    over after the snapshot interval's slack of one period). The consumers' avgMessagesPerEntry
+    gives the entries (50), so the over is batching, not 'other' (what brokerlens said before it
+    read them); without a consumer's figure, 'other'."""
+    t = partition("orders", 0)
+
+    def snap(second, counter, per_entry):
+        consumers = [] if per_entry is None else [{"avgMessagesPerEntry": per_entry, "msgOutCounter": counter}]
+        return {
+            "day": D1, "collected_at": at(D1, second), "cluster": "c1", "broker": BROKER, "topic": t,
+            "subscription": "s1", "msg_out_counter": counter, "bytes_out_counter": counter * 100,
+            "topic_msg_out_counter": counter, "topic_bytes_out_counter": counter * 100,
+            "subscription_json": json.dumps({"msgOutCounter": counter, "consumers": consumers}),
+            "source_file": "topic-stats/x.json", "ingested_at": at(D1, 0),
+        }  # fmt: skip
+
+    def judged(snaps):
+        stats = frame(spark, "bronze_topic_stats", snaps)
+        intervals = counter_intervals(counter_snapshots(stats), "topic-stats-counters").withColumn("day", F.lit(D1))
+        limits = frame(spark, "rate_limits", [limit("subscription", 50, topic=t)])
+        periods = dispatch_periods(intervals, limits)
+        daily = dispatch_daily(periods, None, closing_debt(periods, limits, None, D1), D1)
+        return periods.where("level = 'subscription'").first(), daily.where("level = 'subscription'").first()
+
+    # A consumer reports 0 until it has been sent something: the interval's end has the figure.
+    period, daily = judged([snap(0, 0, 0), snap(1, 250, 5)])
+    assert (period["msgs"], period["entries"], period["over_msgs"], period["over_batch_msgs"]) == (250, 50, 150, 150)
+    assert (daily["excess_msgs"], daily["main_cause"]) == (150, "batch")
+    period, daily = judged([snap(0, 0, None), snap(1, 250, None)])
+    assert (period["entries"], period["over_msgs"], period["over_batch_msgs"]) == (None, 150, 0)
+    assert daily["main_cause"] == "other"
 
 
 # ------------------------------------------------------- sequential reference and property test
@@ -532,7 +573,7 @@ def test_byte_over_delivery_is_the_byte_approximation(spark):
 
 # ------------------------------------------------------------ token bucket (Pulsar 3.2+) vs classic
 
-TB, CLASSIC = "token-bucket", "classic"
+TB, PERIODIC, CLASSIC = "token-bucket", "token-bucket-periodic", "classic"
 
 
 def one_sub(spark, records, limits, model):
@@ -596,6 +637,14 @@ def test_policy_change_while_in_debt(spark):
     assert (tb[0]["over_msgs"], tb[0]["debt_out_msgs"]) == (10, 10)
 
 
+def test_periodic_bucket_allows_one_quota_per_period_and_forgives_on_change(spark):
+    """The bucket refilled once per period: the classic allowance (30 at 10/s: over 20, debt 20),
+    but a new rate builds a new, full bucket: no debt at second 2, allowed 20 (not 40)."""
+    periodic = one_sub(spark, [(0, 30), (2, 5)], [(0, 2, 10), (2, 86400, 20)], PERIODIC)
+    assert [(r["allowed_msgs"], r["over_msgs"], r["debt_out_msgs"]) for r in periodic] == [(10, 20, 20), (20, 0, 0)]
+    assert (periodic[1]["debt_in_msgs"], periodic[1]["tokens_out_msgs"]) == (0, 20)
+
+
 def test_disabled_limit_discards_the_debt_in_both_models(spark):
     """50 in second 0 at 10/s, limit off in second 1 (100 delivered, nothing over), 10/s again
     from second 2. Without the gap classic would still owe 50 - 10 - 10 - 10 = 20 at second 2
@@ -649,35 +698,47 @@ def factory_row(broker, factory, seconds=0):
 
 
 def test_brokers_of_both_versions_get_their_own_model(spark):
-    """One broker reports 3.1, one 4.1 (pulsar_version_info): classic for the first, token bucket
-    for the second, and the same 20 after idle is over by 10 on one and not on the other. A 4.1
-    broker configured with the classic factory runs classic; the settings override wins."""
+    """Brokers report their version (pulsar_version_info): 3.1 classic; 3.2 to 3.3.4 and 4.0.0 to
+    4.0.3 the token bucket refilled every 16 ms; 3.3.5, 4.0.4 and later the bucket refilled once
+    per period (a live 4.0.7 broker let 50, not 100, through in the first second after idle at
+    50/s). The same 20 after idle is over by 10 on classic and periodic, not on the 16 ms bucket.
+    A broker's factory config wins over its version; the settings override wins over both."""
     old, new, pinned = "b31:8080", "b41:8080", "b41c:8080"
-    brokers = spark.createDataFrame([("c1", b) for b in (old, new, pinned)], "cluster string, broker string")
+    ranges = {"b32:8080": "3.2.1", "b334:8080": "3.3.4", "b335:8080": "3.3.5", "b403:8080": "4.0.3",
+              "b404:8080": "4.0.4", "b42:8080": "4.2.4", "b5:8080": "5.0.1"}  # fmt: skip
+    factory = "org.apache.pulsar.broker.service.persistent.DispatchRateLimiterFactory"
+    brokers = spark.createDataFrame([("c1", b) for b in (old, new, pinned, *ranges)], "cluster string, broker string")
     metrics = frame(spark, "bronze_metrics", [metric_row(old, "3.1.2"), metric_row(new, "3.0.0", 1),
-                                              metric_row(new, "4.1.0", 2), metric_row(pinned, "4.1.0")])
-    policies = frame(spark, "bronze_policies", [
-        factory_row(pinned, "org.apache.pulsar.broker.service.persistent.DispatchRateLimiterFactoryClassic")])
+                                              metric_row(new, "4.1.0", 2), metric_row(pinned, "4.1.0"),
+                                              *[metric_row(b, v) for b, v in ranges.items()]])
+    policies = frame(spark, "bronze_policies", [factory_row(pinned, factory + "Classic"),
+                                                factory_row("b403:8080", factory + "AsyncTokenBucket")])
     models = {r["broker"]: (r["limiter_model"], r["limiter_model_source"])
               for r in limiter_models(brokers, policies, metrics, D1).collect()}  # fmt: skip
     assert models == {
         old: (CLASSIC, "version 3.1.2"),
-        new: (TB, "version 4.1.0"),  # the latest sample of the day (an upgrade at 02:00)
+        new: (PERIODIC, "version 4.1.0"),  # the latest sample of the day (an upgrade at 02:00)
         pinned: (CLASSIC, "broker-config dispatchRateLimiterFactoryClassName"),
-    }
+        "b32:8080": (TB, "version 3.2.1"), "b334:8080": (TB, "version 3.3.4"),
+        "b335:8080": (PERIODIC, "version 3.3.5"), "b404:8080": (PERIODIC, "version 4.0.4"),
+        "b42:8080": (PERIODIC, "version 4.2.4"), "b5:8080": (PERIODIC, "version 5.0.1"),
+        # The factory key exists only in releases with the periodic bucket.
+        "b403:8080": (PERIODIC, "broker-config dispatchRateLimiterFactoryClassName"),
+    }  # fmt: skip
     forced = {r["limiter_model"] for r in limiter_models(brokers, policies, metrics, D1, TB).collect()}
     assert forced == {TB}
-
+    tb16 = "b32:8080"
     t = partition("orders", 0)
     rows = periods_of(
         spark,
-        [{**interval("topic", 5, 20, topic=t), "broker": b} for b in (old, new)],
+        [{**interval("topic", 5, 20, topic=t), "broker": b} for b in (old, tb16, new)],
         [limit("topic", 10, topic=t)],
         model={b: m for b, (m, _) in models.items()},
     )
     by_broker = {r["broker"]: r for r in rows}
     assert (by_broker[old]["limiter_model"], by_broker[old]["over_msgs"]) == (CLASSIC, 10)
-    assert (by_broker[new]["limiter_model"], by_broker[new]["over_msgs"]) == (TB, 0)
+    assert (by_broker[tb16]["limiter_model"], by_broker[tb16]["over_msgs"]) == (TB, 0)
+    assert (by_broker[new]["limiter_model"], by_broker[new]["over_msgs"]) == (PERIODIC, 10)
     daily = dispatch_daily(
         dispatch_periods(frame(spark, "dispatch_intervals", [{**interval("topic", 5, 20, topic=t), "broker": b} for b in (old, new)]),
                          frame(spark, "rate_limits", [limit("topic", 10, topic=t)]), None,
@@ -686,7 +747,7 @@ def test_brokers_of_both_versions_get_their_own_model(spark):
         spark.createDataFrame([], table_schema("debt_state").struct),
         D1,
     )  # fmt: skip
-    assert {r["broker"]: r["limiter_model"] for r in daily.collect()} == {old: CLASSIC, new: TB}
+    assert {r["broker"]: r["limiter_model"] for r in daily.collect()} == {old: CLASSIC, new: PERIODIC}
 
 
 def stats_row(minute, sub, by_sub=None, by_topic=None, by_broker=None, topic=None):
