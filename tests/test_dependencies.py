@@ -80,7 +80,7 @@ def _used(paths) -> dict[str, set[str]]:
 
 
 # The repository's own modules: the package, the bench, the tests' helpers.
-LOCAL = {p.stem for p in [*(ROOT / "spark").iterdir(), *(ROOT / "tests").iterdir()]}
+LOCAL = {p.stem for p in [*(ROOT / "spark").iterdir(), *(ROOT / "tests").iterdir(), *(ROOT / "infra" / "pulsar").iterdir()]}
 AIRFLOW_SIDE = [PACKAGE / "airflow_support.py", *sorted((ROOT / "dags").glob("*.py"))]
 PACKAGE_SIDE = [p for p in sorted(PACKAGE.rglob("*.py")) if p not in AIRFLOW_SIDE]
 DEV_SIDE = [*sorted((ROOT / "tests").rglob("*.py")), *sorted((ROOT / "spark" / "brokerlens_bench").glob("*.py"))]
