@@ -22,7 +22,7 @@ import os
 import re
 import sys
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TextIO, cast
 from urllib.parse import quote
 
@@ -76,13 +76,23 @@ def _connection_passwords() -> set[str]:
     return found
 
 
-def _in_force() -> set[str]:
-    from brokerlens.platform.settings import get_settings
+_sources: list[Callable[[], Iterable[str]]] = []
 
-    try:
-        return secret_values(get_settings())
-    except Exception:  # invalid settings: the error says so, with what was remembered redacted
-        return set()
+
+def watch(source: Callable[[], Iterable[str]]) -> None:
+    """Ask ``source`` for the secrets in force whenever text is redacted (the settings module
+    registers the settings in force, so this module needs no import of it)."""
+    _sources.append(source)
+
+
+def _in_force() -> set[str]:
+    found: set[str] = set()
+    for source in _sources:
+        try:
+            found.update(source())
+        except Exception:  # invalid settings: the error says so, with what was remembered redacted
+            continue
+    return found
 
 
 def _pattern() -> re.Pattern | None:

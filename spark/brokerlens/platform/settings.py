@@ -23,7 +23,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from .redact import remember, secret_values
+from .redact import remember, secret_values, watch
 
 
 class SparkSettings(BaseModel):
@@ -296,3 +296,7 @@ def stage_settings(settings: Settings) -> Iterator[Settings]:
         yield settings
     finally:
         _stage_settings = before
+
+
+# Whatever prints redacts the secrets of the settings in force.
+watch(lambda: secret_values(get_settings()))
