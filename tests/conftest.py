@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from pathlib import Path
@@ -14,6 +15,27 @@ pytest_plugins = ["alert_helpers", "report_data"]
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 # Tests must not pick up a developer's settings file.
 os.environ.pop("BROKERLENS_CONFIG", None)
+
+
+# The files that take longest on 2 cores, longest first (measured by --durations under make test's
+# two workers). ``--dist loadfile`` hands whole files to whichever worker is free, in collection
+# order: a long file collected last would run alone at the end and set the suite's time.
+LONGEST_FILES = (
+    "test_daily_dag_e2e.py",
+    "test_cluster.py",
+    "test_bench.py",
+    "test_docs_queries.py",
+    "test_bench_large.py",
+    "test_land_hostile.py",
+    "test_wheel.py",
+    "test_timezones_printed.py",
+    "test_tables.py",
+)
+
+
+def pytest_collection_modifyitems(items):
+    rank = {name: i for i, name in enumerate(LONGEST_FILES)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(LONGEST_FILES)))  # stable: the rest keeps its order
 
 
 @pytest.fixture(scope="session")
@@ -35,7 +57,16 @@ def brokerlens_home(tmp_path, monkeypatch):
     monkeypatch.setenv("BROKERLENS_HOME", str(home))
     monkeypatch.chdir(tmp_path)
     reload_settings()
+    # A command run in this process (typer's CliRunner) configures logging for itself: its root
+    # handler writes to that run's captured stderr, closed once the run ends. Put the logging of
+    # before back, or a later test's records go to a closed stream.
+    root, factory = logging.getLogger(), logging.getLogRecordFactory()
+    handlers, levels = list(root.handlers), {name: logging.getLogger(name).level for name in ("", "brokerlens")}
     yield home
+    root.handlers[:] = handlers
+    for name, level in levels.items():
+        logging.getLogger(name).setLevel(level)
+    logging.setLogRecordFactory(factory)
     reload_settings()
 
 
