@@ -4,7 +4,7 @@ VENV := .venv/bin
 DAY ?= $(shell date -u -d yesterday +%Y-%m-%d)
 export BROKERLENS_HOME ?= $(CURDIR)/var
 
-.PHONY: help bootstrap lint test test-fast run stack-up stack-down bench lock clean
+.PHONY: help bootstrap lint test test-all test-fast run stack-up stack-down bench lock clean
 
 help: ## every target, one line each
 	@awk -F':.*## ' '/^[a-z-]+:.*## / {printf "  make %-11s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -19,21 +19,23 @@ lint: bootstrap ## ruff (lint, format check) and mypy
 	$(VENV)/ruff format --check .
 	$(VENV)/mypy
 
-## make test: the whole test suite (real Spark, Delta, Airflow, SMTP, headless Chromium, a live
-## Pulsar broker; the browser and Prometheus are installed if missing: infra/install-test-tools.sh).
-## Whole test files run on TEST_WORKERS pytest-xdist workers (default 2, the longest files first:
-## most of a slow test's time is a JVM starting or one Spark task on one core); TEST_WORKERS=0 runs
-## them in this process. PYTEST_ARGS passes anything else to pytest.
-TEST_WORKERS ?= 2
-XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
-test: bootstrap lint ## make lint, then the whole test suite on two workers
+## make test: the test suite CI runs (real Spark, Delta, Airflow, SMTP, headless Chromium, a live
+## Pulsar broker; the browser and Prometheus are installed if missing: infra/install-test-tools.sh):
+## every test but those marked heavy. PYTEST_ARGS passes anything else to pytest.
+test: bootstrap lint ## make lint, then the test suite (all but the heavy tests)
 	infra/install-test-tools.sh
-	$(VENV)/pytest $(XDIST) $(PYTEST_ARGS)
+	$(VENV)/pytest -m "not heavy" $(PYTEST_ARGS)
 
-## make test-fast: the inner loop, the tests not marked slow (Airflow, the Spark cluster, whole CLI
-## runs, the wheel) or pulsar (the live broker)
-test-fast: bootstrap ## the tests without Airflow, the cluster, the live broker or whole CLI runs
-	$(VENV)/pytest $(XDIST) -m "not slow and not pulsar" $(PYTEST_ARGS)
+## make test-all: make test and the heavy tests (the wheel in a fresh venv, the standalone Spark
+## cluster, the bench harness end to end): before a release, or when packaging or the bench changes
+test-all: bootstrap lint ## every test, the heavy ones included
+	infra/install-test-tools.sh
+	$(VENV)/pytest $(PYTEST_ARGS)
+
+## make test-fast: the inner loop, the tests not marked slow (Airflow, whole CLI runs), pulsar (the
+## live broker) or heavy
+test-fast: bootstrap ## the tests without Airflow, whole CLI runs, the live broker or the heavy ones
+	$(VENV)/pytest -m "not slow and not pulsar and not heavy" $(PYTEST_ARGS)
 
 ## make run [DAY=YYYY-MM-DD]: demo data for DAY, then the daily Airflow DAG on it (airflow dags
 ## test), with the local SMTP sink receiving the mail; says step k of n and how long each took

@@ -17,27 +17,6 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 os.environ.pop("BROKERLENS_CONFIG", None)
 
 
-# The files that take longest on 2 cores, longest first (measured by --durations under make test's
-# two workers). ``--dist loadfile`` hands whole files to whichever worker is free, in collection
-# order: a long file collected last would run alone at the end and set the suite's time.
-LONGEST_FILES = (
-    "test_daily_dag_e2e.py",
-    "test_cluster.py",
-    "test_bench.py",
-    "test_docs_queries.py",
-    "test_bench_large.py",
-    "test_land_hostile.py",
-    "test_wheel.py",
-    "test_timezones_printed.py",
-    "test_tables.py",
-)
-
-
-def pytest_collection_modifyitems(items):
-    rank = {name: i for i, name in enumerate(LONGEST_FILES)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(LONGEST_FILES)))  # stable: the rest keeps its order
-
-
 @pytest.fixture(scope="session")
 def spark():
     from brokerlens.platform.settings import Settings

@@ -139,6 +139,7 @@ def test_duckdb_reference_agrees_with_dispatch_periods(spark, tiny_input, tmp_pa
     assert duckdb.sql(f"SELECT sum(over_msgs) > 0 FROM '{tmp_path}/duck.parquet'").fetchone()[0]
 
 
+@pytest.mark.heavy  # every section of the bench at its smallest: about 13 minutes on 2 cores
 def test_results_file_shape(spark, tmp_path):
     out = tmp_path / "bench" / "results.json"
     results = bench.run(

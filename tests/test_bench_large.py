@@ -66,6 +66,7 @@ def test_generated_files_and_counters(tmp_path):
     assert again["policies"] == counts["policies"]
 
 
+@pytest.mark.heavy
 @pytest.mark.slow  # the daily steps' fixed costs: about 2 minutes on 2 busy cores
 def test_large_day_through_every_daily_step(spark, tmp_path):
     out = tmp_path / "bench" / "results.json"

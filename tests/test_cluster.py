@@ -22,7 +22,7 @@ from deltalake import DeltaTable
 from brokerlens.platform.jars import session_jars
 from brokerlens.platform.schemas import table_schemas
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.heavy]
 
 DAY = date(2026, 11, 21)
 SPARK_HOME = Path(pyspark.__file__).parent

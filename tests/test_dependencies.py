@@ -18,7 +18,7 @@ PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 # Listed and used, though never imported: a connection type, and the commands of the habits.
 NOT_IMPORTED = {
     "airflow": {"apache-airflow", "apache-airflow-providers-smtp"},  # the smtp connection of the alert mail
-    "dev": {"build", "ruff", "mypy", "pre-commit", "pytest-xdist"},  # pytest-xdist: make test's -n 2
+    "dev": {"build", "ruff", "mypy", "pre-commit"},
 }
 
 

@@ -35,6 +35,7 @@ def _install(venv: Path, wheel: Path, cwd: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.heavy
 def test_the_wheel_runs_a_day_without_the_checkout(tmp_path):
     path = os.pathsep.join([str(BIN), os.environ.get("PATH", "")])
     _run(BIN / "python", "-m", "build", "--installer", "uv", "--outdir", tmp_path / "dist", ROOT,
