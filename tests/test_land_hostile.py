@@ -65,13 +65,14 @@ def hostile_folder(landing: Path, home: Path) -> dict[str, str | None]:
     }
 
 
-def java_rss_peak(stop: threading.Event, peak: dict) -> None:
-    """The largest resident size of any JVM under this process, and its -Xmx, until ``stop``."""
+def java_rss_peak(command: subprocess.Popen, stop: threading.Event, peak: dict) -> None:
+    """The largest resident size of any JVM under ``command``, and its -Xmx, until ``stop`` (not
+    this process's own session JVM, which the ``spark`` fixture starts with its own memory)."""
     while not stop.is_set():
         for status in Path("/proc").glob("[0-9]*/cmdline"):
             try:
                 argv = status.read_bytes().split(b"\0")
-                if not argv[0].endswith(b"java") or str(os.getpid()).encode() not in _ancestors(status.parent):
+                if not argv[0].endswith(b"java") or str(command.pid).encode() not in _ancestors(status.parent):
                     continue
                 rss = next(int(line.split()[1]) for line in (status.parent / "status").read_text().splitlines() if line.startswith("VmRSS:"))
             except (OSError, StopIteration, ValueError):
@@ -96,14 +97,16 @@ def test_hostile_files_land_or_are_quarantined_within_the_driver_memory(brokerle
     settings = Settings()
     expected = hostile_folder(settings.landing, brokerlens_home)
     stop, peak = threading.Event(), {}
-    watcher = threading.Thread(target=java_rss_peak, args=(stop, peak), daemon=True)
-    watcher.start()
     started = time.monotonic()
-    try:
-        run = subprocess.run(brokerlens_command("land", "--date", DAY), capture_output=True, text=True, timeout=1800)
-    finally:
-        stop.set()
-        watcher.join()
+    with subprocess.Popen(brokerlens_command("land", "--date", DAY), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as land:
+        watcher = threading.Thread(target=java_rss_peak, args=(land, stop, peak), daemon=True)
+        watcher.start()
+        try:
+            stdout, stderr = land.communicate(timeout=1800)
+        finally:
+            stop.set()
+            watcher.join()
+    run = subprocess.CompletedProcess(land.args, land.returncode, stdout, stderr)
     seconds = time.monotonic() - started
     print(f"land of the hostile folder: {seconds:.0f} s, JVM peak RSS {peak.get('rss_mb')} MB with {peak.get('xmx')}")
     assert run.returncode == 0, run.stderr[-3000:]

@@ -164,8 +164,11 @@ def _record(*args, **kwargs) -> logging.LogRecord:
     """A log record whose message and traceback are redacted once, before any handler sees it."""
     record = _base_factory(*args, **kwargs)
     record.msg, record.args = redact(record.getMessage()), ()
-    if record.exc_info and not record.exc_text:
-        record.exc_text = redact(logging.Formatter().formatException(record.exc_info))
+    if record.exc_info:
+        # Formatters print exc_text when set; the exception itself is dropped, for a formatter
+        # that renders exc_info on its own (Airflow's structured logs) would print it unredacted.
+        record.exc_text = redact(record.exc_text or logging.Formatter().formatException(record.exc_info))
+        record.exc_info = None
     if record.stack_info:
         record.stack_info = redact(record.stack_info)
     return record

@@ -24,9 +24,16 @@ if TYPE_CHECKING:
 
 def collect(df: DataFrame) -> list[Row]:
     """``df.collect()``, with every TIMESTAMP an aware UTC datetime."""
+    import pyarrow as pa
     from pyspark.sql import Row
 
-    table = df.toArrow()
+    try:
+        table = df.toArrow()
+    except pa.ArrowInvalid:
+        # Arrow refuses a null under a field Spark declares non-nullable, and some commands'
+        # results carry them (DESCRIBE HISTORY's operationMetrics of an OPTIMIZE): all-nullable.
+        df = df.to(_nullable(df.schema))
+        table = df.toArrow()
     fields = df.schema.fields
     make = Row(*[f.name for f in fields])
     columns = [list(map(_converter(f.dataType), table.column(i).to_pylist())) for i, f in enumerate(fields)]
@@ -37,6 +44,19 @@ def first(df: DataFrame) -> Row | None:
     """``df.first()``, with every TIMESTAMP an aware UTC datetime."""
     rows = collect(df.limit(1))
     return rows[0] if rows else None
+
+
+def _nullable(kind: DataType) -> Any:
+    """``kind`` with every field, array element and map value nullable, at every depth."""
+    from pyspark.sql.types import ArrayType, MapType, StructField, StructType
+
+    if isinstance(kind, StructType):
+        return StructType([StructField(f.name, _nullable(f.dataType), True, f.metadata) for f in kind.fields])
+    if isinstance(kind, ArrayType):
+        return ArrayType(_nullable(kind.elementType), True)
+    if isinstance(kind, MapType):
+        return MapType(_nullable(kind.keyType), _nullable(kind.valueType), True)
+    return kind
 
 
 def _converter(kind: DataType) -> Callable[[Any], Any]:
