@@ -27,7 +27,8 @@ test: bootstrap lint ## make lint, then the test suite (all but the heavy tests)
 	$(VENV)/pytest -m "not heavy" $(PYTEST_ARGS)
 
 ## make test-all: make test and the heavy tests (the wheel in a fresh venv, the standalone Spark
-## cluster, the bench harness end to end): before a release, or when packaging or the bench changes
+## cluster, the bench harness end to end, the daily DAG run twice, the stage server, the docs'
+## example queries): before a release, or when one of those changes
 test-all: bootstrap lint ## every test, the heavy ones included
 	infra/install-test-tools.sh
 	$(VENV)/pytest $(PYTEST_ARGS)

@@ -90,6 +90,7 @@ def canonical(rows: list[dict]) -> list[str]:
     return sorted(repr(sorted((k, v) for k, v in r.items() if k != "ingested_at")) for r in rows)
 
 
+@pytest.mark.heavy  # two whole DAG runs, 9 minutes on 2 cores; the failing and collection DAG runs stay in make test
 def test_daily_dag_end_to_end_then_rerun_changes_nothing(airflow_home, tmp_path):
     home = tmp_path / "var"
     with SmtpSink(tmp_path / "mail") as sink, StageServer(airflow_env(airflow_home, home, sink.port), tmp_path / "server") as server:

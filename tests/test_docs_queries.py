@@ -42,6 +42,7 @@ def keys(rows, *names):
 
 
 @pytest.mark.slow
+@pytest.mark.heavy
 def test_every_example_query_runs_on_a_demo_day(spark, settings):
     day = datetime.now(timezone.utc).date() - timedelta(days=1)
     run_stage("demo-data", day, settings, scale=0.01, seed=7)

@@ -31,7 +31,7 @@ import pytest
 
 from brokerlens.stage_server import EXIT_PREFIX, StageServerError, run_remote
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.heavy]  # the DAG tests run stages on the server too
 
 DAY = date(2026, 11, 21)
 
