@@ -166,7 +166,7 @@ def _record(*args, **kwargs) -> logging.LogRecord:
     record.msg, record.args = redact(record.getMessage()), ()
     if record.exc_info:
         # Formatters print exc_text when set; the exception itself is dropped, for a formatter
-        # that renders exc_info on its own (Airflow's structured logs) would print it unredacted.
+        # that renders exc_info on its own (pyspark.logger's JSONFormatter) would print it unredacted.
         record.exc_text = redact(record.exc_text or logging.Formatter().formatException(record.exc_info))
         record.exc_info = None
     if record.stack_info:
