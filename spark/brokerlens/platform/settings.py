@@ -167,6 +167,8 @@ class CollectSettings(BaseModel):
     # Tenants to collect; empty: all of /admin/v2/tenants.
     tenants: list[str] = Field(default_factory=list)
     internal_stats: bool = True
+    # Also scrape each broker's /metrics into landing (metrics/<broker>@collect-<time>.prom).
+    metrics: bool = False
 
 
 class LandSettings(BaseModel):
