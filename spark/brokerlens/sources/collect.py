@@ -38,9 +38,11 @@ from .prometheus import PROMETHEUS_STEP_SECONDS, collect_prometheus, file_broker
 
 log = logging.getLogger(__name__)
 
-# broker.conf keys landing needs: the dispatch limits and rules, and the unacked-range caps.
+# broker.conf keys landing needs: the dispatch limits and rules (the limiter factory decides the
+# limiter model, the backlogged threshold when a cursor is charged), and the unacked-range caps.
 BROKER_KEYS = re.compile(
     r"^(dispatchThrottling.*|dispatcherMaxReadBatchSize|dispatcherMinReadBatchSize|preciseDispatcherFlowControl"
+    r"|dispatchRateLimiterFactoryClassName|managedLedgerCursorBackloggedThreshold"
     r"|managedLedgerMaxUnackedRangesToPersist(InMetadataStore)?|managedLedgerPersistIndividualAckAsLongArray"
     r"|managedLedgerCursorPositionFlushSeconds|managedLedgerMaxEntriesPerLedger|topicLevelPoliciesEnabled)$"
 )
@@ -65,10 +67,6 @@ def _topic_path(topic: str) -> str:
     """``persistent://t/ns/x`` → ``/admin/v2/persistent/t/ns/x`` (each part URL-encoded)."""
     domain, rest = topic.split("://", 1)
     return f"/admin/v2/{domain}/" + "/".join(quote(part, safe="") for part in rest.split("/"))
-
-
-def _iso(t: datetime) -> str:
-    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _list_topics(client: AdminClient, tenants: list[str]) -> tuple[list[str], list[str], list[str]]:
@@ -115,7 +113,10 @@ def collect(
     now = clock.replace(microsecond=0)
     if day is not None and day != now.date():
         raise CollectError(f"collect snapshots the cluster now ({now.date()} UTC); it cannot collect {day}")
-    collected_at, stamp = _iso(now), clock.strftime("%H%M%S-%f")[:-3]
+    # Milliseconds: snapshots a second apart are judged against limits of one second, and
+    # whole seconds would make their intervals up to a second wrong (or zero).
+    stamp = clock.strftime("%H%M%S-%f")[:-3]
+    collected_at = f"{clock.strftime('%Y-%m-%dT%H:%M:%S')}.{stamp[-3:]}Z"
     root = settings.landing / now.date().isoformat()
     client = AdminClient(url, settings)
     conf = settings.collect
