@@ -113,14 +113,9 @@ def collect(
     now = clock.replace(microsecond=0)
     if day is not None and day != now.date():
         raise CollectError(f"collect snapshots the cluster now ({now.date()} UTC); it cannot collect {day}")
-    # Milliseconds: snapshots a second apart are judged against limits of one second, and
-    # whole seconds would make their intervals up to a second wrong (or zero).
-    stamp = clock.strftime("%H%M%S-%f")[:-3]
-    collected_at = f"{clock.strftime('%Y-%m-%dT%H:%M:%S')}.{stamp[-3:]}Z"
-    root = settings.landing / now.date().isoformat()
     client = AdminClient(url, settings)
     conf = settings.collect
-    log.info("collect: %s at %s", client.base, collected_at)
+    log.info("collect: %s", client.base)
 
     cluster = conf.cluster or next(iter(client.get("/admin/v2/clusters") or []), None)
     if cluster is None:
@@ -128,6 +123,13 @@ def collect(
     tenants = conf.tenants or client.get("/admin/v2/tenants") or []
     namespaces, partitioned, plain = _list_topics(client, tenants)
     brokers = client.get(f"/admin/v2/brokers/{quote(cluster, safe='')}", missing_ok=True) or []
+    # The snapshot's time is taken when its stats are asked for, after the listing (which a loaded
+    # broker can take a second over), to the millisecond: snapshots a second apart are judged
+    # against limits of one second.
+    clock = datetime.now(timezone.utc)
+    stamp = clock.strftime("%H%M%S-%f")[:-3]
+    collected_at = f"{clock.strftime('%Y-%m-%dT%H:%M:%S')}.{stamp[-3:]}Z"
+    root = settings.landing / clock.date().isoformat()
 
     errors: list[str] = []
 
@@ -210,7 +212,7 @@ def collect(
             lines.append(json.dumps({"effective_at": collected_at, "cluster": cluster, "kind": kind, key: scope, "policy": policy}))
         write_atomic(root / "policies" / f"collect-{stamp}.jsonl", "\n".join(lines) + "\n")
 
-    result = StageResult(stage="collect", day=now.date())
+    result = StageResult(stage="collect", day=clock.date())
     result.metrics.update(
         {
             "topics": len(topic_envelopes),
