@@ -21,7 +21,7 @@ from datetime import datetime, timezone
 
 import pytest
 from pulsar_traffic import make_holes, received_again
-from test_alerting import configure, parts, smtp_server  # noqa: F401  (smtp_server: the SMTP sink fixture)
+from alert_helpers import configure, parts
 
 from pyspark.sql import functions as F
 
@@ -152,7 +152,11 @@ def test_reload_events_predicted_equals_observed(live_holes, name):
     for case, r in results.items():
         kind = case.split("-")[0]
         event = r["reloads"][0]  # unload topics: between the first two collects; crash topics: the last two
-        assert "counters-reset" in event["signals"] and "ledgers-replaced" in event["signals"], (case, event)
+        # Every reload restarts the topic's counters. An unload also replaces both ledgers; after a
+        # crash the cursor keeps the ledger it recovered from (ManagedCursorImpl.recoveredCursor)
+        # and opens a new one only at its next mark-delete, which no consumer made here.
+        assert "counters-reset" in event["signals"], (case, event)
+        assert ("ledgers-replaced" in event["signals"]) == (kind == "unload"), (case, event)
         assert event["broker_before"] == event["broker_after"]
         predicted = event[f"predicted_{kind}_exposure"]
         assert predicted == event["observed_lost"] == event["acks_lost"] == event["backlog_jump"] == r["acked_again"], (case, event)
