@@ -1,4 +1,5 @@
-"""Holes and reloads against a live Pulsar 4.0.7 broker, in range mode and in long-array mode.
+"""Holes and reloads against live Pulsar brokers: 4.0.7 in range mode and in long-array mode, 4.2.4
+(long-array by default) and 3.0.7 (range mode, no long-array setting).
 
 A consumer makes N acknowledged ranges (below and above the cap) on its own topics; ``brokerlens
 collect`` snapshots the admin API; then some topics are unloaded (a graceful cursor close) and the
@@ -56,6 +57,10 @@ BROKERS = {
     "newer": (pulsar_jars.NEWER, None, "long-array", f"broker-config {LONG_ARRAY_KEY}"),
     "older": (pulsar_jars.OLDER, None, "ranges", f"version {pulsar_jars.OLDER}"),
 }
+# 3.0.7's standalone does not come back from SIGKILL on the same data: the restarted broker cannot
+# resolve its own bookie (BKBookieHandleNotAvailableException, "bookie is unknown") and no topic
+# loads. Only its graceful reloads (unloads) are run.
+NO_CRASH = {"older"}
 
 
 def holes_broker(pulsar_brokers, name: str):
@@ -67,10 +72,11 @@ def holes_broker(pulsar_brokers, name: str):
 
 
 def reload_experiment(broker, settings, label: str) -> dict[str, dict]:
-    """Holes on four topics (below/above the cap × unload/crash), one collect, then the reloads; per
-    topic the broker's figures."""
+    """Holes on four topics (below/above the cap × unload/crash; two without a crash), one collect,
+    then the reloads; per topic the broker's figures."""
     tag = f"{label}-{uuid.uuid4().hex[:6]}"
-    cases = {f"{kind}-{n}": make_holes(broker, f"persistent://public/default/{kind}-{n}-{tag}", n) for kind in ("unload", "crash") for n in (BELOW, ABOVE)}
+    kinds = ("unload",) if label in NO_CRASH else ("unload", "crash")
+    cases = {f"{kind}-{n}": make_holes(broker, f"persistent://public/default/{kind}-{n}-{tag}", n) for kind in kinds for n in (BELOW, ABOVE)}
     ranges_seen = {name: broker.internal_stats(h.topic)["cursors"]["holes"]["totalNonContiguousDeletedMessagesRange"] for name, h in cases.items()}
     time.sleep(3)  # the cursor-ledger flush (1 s) has written the last acknowledgements
     collect(None, settings, admin_url=broker.admin_url)
@@ -80,11 +86,12 @@ def reload_experiment(broker, settings, label: str) -> dict[str, dict]:
             broker.unload(holes.topic)
             observed[name] = received_again(broker, holes)
     collect(None, settings, admin_url=broker.admin_url)  # after the unloads, before the crash
-    broker.restart(crash=True)
-    for name, holes in cases.items():
-        if name.startswith("crash"):
-            observed[name] = received_again(broker, holes)
-    collect(None, settings, admin_url=broker.admin_url)
+    if label not in NO_CRASH:
+        broker.restart(crash=True)
+        for name, holes in cases.items():
+            if name.startswith("crash"):
+                observed[name] = received_again(broker, holes)
+        collect(None, settings, admin_url=broker.admin_url)
     return {
         name: {"ranges_broker": ranges_seen[name], "received": observed[name][0], "acked_again": observed[name][1], "holes": h} for name, h in cases.items()
     }
@@ -142,6 +149,8 @@ def test_reload_exposure_equals_redelivered_acks(live_holes, name):
     assert results[f"unload-{ABOVE}"]["acked_again"] == 6
     # A crash recovers what the cursor ledger holds: cap + 1 ranges in range mode; in long-array
     # mode every ledger whose earlier ledgers hold at most cap acknowledged entries.
+    if name in NO_CRASH:
+        return
     crash = results[f"crash-{ABOVE}"]
     assert crash["acked_again"] == (_long_array_lost(crash["holes"].acked) if long_array else 6)
     assert crash["acked_again"] > 0
@@ -168,7 +177,8 @@ def test_reload_events_predicted_equals_observed(live_holes, name):
         assert event["explained_by"] in (kind, "unload-or-crash")
         # The broker's redelivery counter since the reload: the holes and the lost acknowledgements.
         assert event["msg_out_after"] == r["received"] == holes_count(r) + r["acked_again"]
-    assert len(results["crash-9"]["reloads"]) == 1  # the crash topics: one reload, not two
+    if name not in NO_CRASH:
+        assert len(results["crash-9"]["reloads"]) == 1  # the crash topics: one reload, not two
 
 
 def holes_count(r: dict) -> int:
@@ -196,7 +206,7 @@ def test_alert_mail_says_what_each_reload_lost(live_holes, smtp_server, monkeypa
     run_stage("alert", live_holes[3], get_settings())
     texts = [parts(message)[0] for _, message in inbox.messages]
     lost = [r for cases in live_holes[0].values() for r in cases.values() if r["acked_again"] > 0]
-    assert len(lost) == 2 * len(BROKERS)  # unload and crash above the cap, on every broker
+    assert len(lost) == 2 * len(BROKERS) - len(NO_CRASH)  # unload and crash above the cap, on every broker
     for r in lost:
         mail = next(t for t in texts if r["holes"].topic in t)
         block = mail.split(r["holes"].topic + " / ", 1)[1].split("\n[", 1)[0]  # this subscription's alert
