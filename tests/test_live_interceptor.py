@@ -261,6 +261,26 @@ def test_fetch_after_sequence_has_no_duplicates(broker):
     assert all_again[0]["seq"] == int(headers["X-Brokerlens-First-Seq"])
 
 
+def test_period_follows_the_dispatch_rate_policy(broker):
+    """A namespace subscription dispatch rate with ratePeriodInSecond=2 (a limit far above the test's
+    rate: DispatchRateImpl.normalize takes a policy without limits as no policy, 1 s): the
+    subscription's records are 2-second periods starting on even seconds, their counts the sums
+    of the seconds; the topic's records stay at 1 s (no topic dispatch-rate policy)."""
+    namespace = f"public/p2-{uuid.uuid4().hex[:6]}"
+    broker.admin("PUT", f"/admin/v2/namespaces/{namespace}")
+    rate = {"dispatchThrottlingRateInMsg": 100000, "dispatchThrottlingRateInByte": -1, "ratePeriodInSecond": 2, "relativeToPublishRate": False}
+    broker.admin("POST", f"/admin/v2/namespaces/{namespace}/subscriptionDispatchRate", json=rate)
+    topic = f"persistent://{namespace}/icpt-p"
+    received, by_start = run_bursts(broker, topic, [3, 5, 2, 4], batched=False)
+    assert len(received) == 14
+    assert by_start and {r["period_seconds"] for r in by_start.values()} == {2}
+    assert all(start % 2 == 0 for start in by_start)
+    expected = Counter(int(m.publish_timestamp() / 1000) // 2 * 2 for m in received)
+    assert {s: r["msgs"] for s, r in by_start.items() if r["msgs"]} == dict(expected)
+    _, records = fetch(broker)
+    assert {r["period_seconds"] for r in records if r["level"] == "topic" and r["topic"] == topic} == {1}
+
+
 def test_overflow_drops_the_oldest_and_counts_them(broker, pulsar_brokers):
     """A bound of 20 records: the oldest are dropped, and the drop is reported (last in the module:
     it stops the module's broker so that only one broker of this file runs)."""
