@@ -70,4 +70,4 @@ def periods_of(spark, intervals, limits, opening=None, model=None):
     return sorted(out.collect(), key=lambda r: (r["level"], r["topic"] or "", r["subscription"] or "", r["period_start"]))
 
 
-TB, CLASSIC = "token-bucket", "classic"  # the limiter models
+TB, PERIODIC, CLASSIC = "token-bucket", "token-bucket-periodic", "classic"  # the limiter models

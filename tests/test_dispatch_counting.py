@@ -3,9 +3,14 @@ or a broker's config."""
 
 from __future__ import annotations
 
+import json
+
+from pyspark.sql import functions as F
+
 from brokerlens.gold.dispatch.daily import dispatch_daily
 from brokerlens.gold.dispatch.debt import closing_debt
 from brokerlens.gold.dispatch.periods import dispatch_periods
+from brokerlens.silver.intervals import counter_intervals, counter_snapshots
 from dispatch_rows import BROKER, CLASSIC, D1, at, frame, interval, limit, offset, partition
 
 
@@ -134,3 +139,37 @@ def test_counting_rules_from_broker_config_over_settings(spark):
     assert pick("b2") == (False, True, 1000)
     assert rules["b2"]["counting_rules_source"] == "broker-config dispatchThrottlingForFilteredEntriesEnabled"
     assert pick("b3") == (False, True, 1000)
+
+
+def test_batched_burst_in_counters_is_put_down_to_batching(spark):
+    """Only topic-stats counters: 250 messages in 5-message batches in one second over 50/s (150
+    over after the snapshot interval's slack of one period). The consumers' avgMessagesPerEntry
+    gives the entries (50), so the over is batching, not 'other' (what brokerlens said before it
+    read them); without a consumer's figure, 'other'."""
+    t = partition("orders", 0)
+
+    def snap(second, counter, per_entry):
+        consumers = [] if per_entry is None else [{"avgMessagesPerEntry": per_entry, "msgOutCounter": counter}]
+        return {
+            "day": D1, "collected_at": at(D1, second), "cluster": "c1", "broker": BROKER, "topic": t,
+            "subscription": "s1", "msg_out_counter": counter, "bytes_out_counter": counter * 100,
+            "topic_msg_out_counter": counter, "topic_bytes_out_counter": counter * 100,
+            "subscription_json": json.dumps({"msgOutCounter": counter, "consumers": consumers}),
+            "source_file": "topic-stats/x.json", "ingested_at": at(D1, 0),
+        }  # fmt: skip
+
+    def judged(snaps):
+        stats = frame(spark, "bronze_topic_stats", snaps)
+        intervals = counter_intervals(counter_snapshots(stats), "topic-stats-counters").withColumn("day", F.lit(D1))
+        limits = frame(spark, "rate_limits", [limit("subscription", 50, topic=t)])
+        periods = dispatch_periods(intervals, limits)
+        daily = dispatch_daily(periods, None, closing_debt(periods, limits, None, D1), D1)
+        return periods.where("level = 'subscription'").first(), daily.where("level = 'subscription'").first()
+
+    # A consumer reports 0 until it has been sent something: the interval's end has the figure.
+    period, daily = judged([snap(0, 0, 0), snap(1, 250, 5)])
+    assert (period["msgs"], period["entries"], period["over_msgs"], period["over_batch_msgs"]) == (250, 50, 150, 150)
+    assert (daily["excess_msgs"], daily["main_cause"]) == (150, "batch")
+    period, daily = judged([snap(0, 0, None), snap(1, 250, None)])
+    assert (period["entries"], period["over_msgs"], period["over_batch_msgs"]) == (None, 150, 0)
+    assert daily["main_cause"] == "other"

@@ -13,6 +13,7 @@ from dispatch_rows import (
     CLASSIC,
     D1,
     D2,
+    PERIODIC,
     TB,
     at,
     frame,
@@ -86,6 +87,14 @@ def test_policy_change_while_in_debt(spark):
     assert (tb[0]["over_msgs"], tb[0]["debt_out_msgs"]) == (10, 10)
 
 
+def test_periodic_bucket_allows_one_quota_per_period_and_forgives_on_change(spark):
+    """The bucket refilled once per period: the classic allowance (30 at 10/s: over 20, debt 20),
+    but a new rate builds a new, full bucket: no debt at second 2, allowed 20 (not 40)."""
+    periodic = one_sub(spark, [(0, 30), (2, 5)], [(0, 2, 10), (2, 86400, 20)], PERIODIC)
+    assert [(r["allowed_msgs"], r["over_msgs"], r["debt_out_msgs"]) for r in periodic] == [(10, 20, 20), (20, 0, 0)]
+    assert (periodic[1]["debt_in_msgs"], periodic[1]["tokens_out_msgs"]) == (0, 20)
+
+
 def test_disabled_limit_discards_the_debt_in_both_models(spark):
     """50 in second 0 at 10/s, limit off in second 1 (100 delivered, nothing over), 10/s again
     from second 2. Without the gap classic would still owe 50 - 10 - 10 - 10 = 20 at second 2
@@ -139,33 +148,54 @@ def factory_row(broker, factory, seconds=0):
 
 
 def test_brokers_of_both_versions_get_their_own_model(spark):
-    """One broker reports 3.1, one 4.1 (pulsar_version_info): classic for the first, token bucket
-    for the second, and the same 20 after idle is over by 10 on one and not on the other. A 4.1
-    broker configured with the classic factory runs classic; the settings override wins."""
+    """Brokers report their version (pulsar_version_info): 3.1 classic; 3.2 to 3.3.4 and 4.0.0 to
+    4.0.3 the token bucket refilled every 16 ms; 3.3.5, 4.0.4 and later the bucket refilled once
+    per period (a live 4.0.7 broker let 50, not 100, through in the first second after idle at
+    50/s). The same 20 after idle is over by 10 on classic and periodic, not on the 16 ms bucket.
+    A broker's factory config wins over its version; the settings override wins over both."""
     old, new, pinned = "b31:8080", "b41:8080", "b41c:8080"
-    brokers = spark.createDataFrame([("c1", b) for b in (old, new, pinned)], "cluster string, broker string")
-    metrics = frame(spark, "bronze_metrics", [metric_row(old, "3.1.2"), metric_row(new, "3.0.0", 1), metric_row(new, "4.1.0", 2), metric_row(pinned, "4.1.0")])
-    policies = frame(spark, "bronze_policies", [factory_row(pinned, "org.apache.pulsar.broker.service.persistent.DispatchRateLimiterFactoryClassic")])
+    ranges = {"b32:8080": "3.2.1", "b334:8080": "3.3.4", "b335:8080": "3.3.5", "b403:8080": "4.0.3",
+              "b404:8080": "4.0.4", "b42:8080": "4.2.4", "b5:8080": "5.0.1"}  # fmt: skip
+    factory = "org.apache.pulsar.broker.service.persistent.DispatchRateLimiterFactory"
+    brokers = spark.createDataFrame([("c1", b) for b in (old, new, pinned, *ranges)], "cluster string, broker string")
+    metrics = frame(
+        spark,
+        "bronze_metrics",
+        [
+            metric_row(old, "3.1.2"),
+            metric_row(new, "3.0.0", 1),
+            metric_row(new, "4.1.0", 2),
+            metric_row(pinned, "4.1.0"),
+            *[metric_row(b, v) for b, v in ranges.items()],
+        ],
+    )
+    policies = frame(spark, "bronze_policies", [factory_row(pinned, factory + "Classic"), factory_row("b403:8080", factory + "AsyncTokenBucket")])
     models = {r["broker"]: (r["limiter_model"], r["limiter_model_source"])
               for r in limiter_models(brokers, policies, metrics, D1).collect()}  # fmt: skip
     assert models == {
         old: (CLASSIC, "version 3.1.2"),
-        new: (TB, "version 4.1.0"),  # the latest sample of the day (an upgrade at 02:00)
+        new: (PERIODIC, "version 4.1.0"),  # the latest sample of the day (an upgrade at 02:00)
         pinned: (CLASSIC, "broker-config dispatchRateLimiterFactoryClassName"),
-    }
+        "b32:8080": (TB, "version 3.2.1"), "b334:8080": (TB, "version 3.3.4"),
+        "b335:8080": (PERIODIC, "version 3.3.5"), "b404:8080": (PERIODIC, "version 4.0.4"),
+        "b42:8080": (PERIODIC, "version 4.2.4"), "b5:8080": (PERIODIC, "version 5.0.1"),
+        # The factory key exists only in releases with the periodic bucket.
+        "b403:8080": (PERIODIC, "broker-config dispatchRateLimiterFactoryClassName"),
+    }  # fmt: skip
     forced = {r["limiter_model"] for r in limiter_models(brokers, policies, metrics, D1, TB).collect()}
     assert forced == {TB}
-
+    tb16 = "b32:8080"
     t = partition("orders", 0)
     rows = periods_of(
         spark,
-        [{**interval("topic", 5, 20, topic=t), "broker": b} for b in (old, new)],
+        [{**interval("topic", 5, 20, topic=t), "broker": b} for b in (old, tb16, new)],
         [limit("topic", 10, topic=t)],
         model={b: m for b, (m, _) in models.items()},
     )
     by_broker = {r["broker"]: r for r in rows}
     assert (by_broker[old]["limiter_model"], by_broker[old]["over_msgs"]) == (CLASSIC, 10)
-    assert (by_broker[new]["limiter_model"], by_broker[new]["over_msgs"]) == (TB, 0)
+    assert (by_broker[tb16]["limiter_model"], by_broker[tb16]["over_msgs"]) == (TB, 0)
+    assert (by_broker[new]["limiter_model"], by_broker[new]["over_msgs"]) == (PERIODIC, 10)
     daily = dispatch_daily(
         dispatch_periods(frame(spark, "dispatch_intervals", [{**interval("topic", 5, 20, topic=t), "broker": b} for b in (old, new)]),
                          frame(spark, "rate_limits", [limit("topic", 10, topic=t)]), None,
@@ -174,7 +204,7 @@ def test_brokers_of_both_versions_get_their_own_model(spark):
         spark.createDataFrame([], table_schema("debt_state").struct),
         D1,
     )  # fmt: skip
-    assert {r["broker"]: r["limiter_model"] for r in daily.collect()} == {old: CLASSIC, new: TB}
+    assert {r["broker"]: r["limiter_model"] for r in daily.collect()} == {old: CLASSIC, new: PERIODIC}
 
 
 def stats_row(minute, sub, by_sub=None, by_topic=None, by_broker=None, topic=None):

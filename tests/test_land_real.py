@@ -29,6 +29,7 @@ STATS = {
     "v2-topic-stats-type-null.json": ("topic-stats", "persistent://my-tenant/my-namespace/my-topic"),
     "v2.7-topic-stats-chucked.json": ("topic-stats", "persistent://public/default/test"),
     "v4.1-topic-stats.json": ("topic-stats", "persistent://public/default/pt-zgc-partition-1"),
+    "v4.0.7-topic-stats-type-none.json": ("topic-stats", "persistent://public/default/unloaded"),
     "v2-partitioned-stats-no-partitions.json": ("topic-stats", "persistent://public/default/parted"),
 }
 # Scrape files are named after the broker they came from (<host>_<port>[@<anything>].prom).
@@ -110,6 +111,9 @@ def check_topic_stats():
     v41 = subs[("persistent://public/default/pt-zgc-partition-1", "test_subscription")]
     assert (v41["msg_out_counter"], v41["bytes_out_counter"], v41["subscription_type"], v41["msg_backlog"]) == (60, 7560, "Failover", 1)
     assert (v41["topic_msg_out_counter"], v41["topic_bytes_out_counter"], v41["partitioned_topic"]) == (69, 8694, "persistent://public/default/pt-zgc")
+    # A subscription without a dispatcher says "type": "None" (4.0.7 after an unload): no type, landed.
+    unloaded = subs[("persistent://public/default/unloaded", "holes")]
+    assert (unloaded["subscription_type"], unloaded["msg_backlog"], unloaded["msg_out_counter"], unloaded["consumers"]) == (None, 16, 0, 0)
     # partitioned-stats with an empty `partitions` and no `metadata`: one row for the topic;
     # numbers in scientific notation (8.0E2 = 800, 2.4E4 = 24000, 4.0E2 = 400).
     parted = subs[("persistent://public/default/parted", "sub-a")]

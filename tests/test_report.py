@@ -41,6 +41,10 @@ def test_report_numbers_sections_and_charts(spark, settings, seeded_day, tmp_pat
     assert "3 | records quarantined" in headline
     assert "1 | new or escalated alerts" in headline
     assert "1 | producers with findings" in headline
+    assert "1 | reloads that lost acknowledgements" in headline
+    reloads = page.joined("reloads")
+    assert "shop/orders/orders-partition-0 | stuck | 10:00:00 – 10:05:00 | counters-reset, broker-changed | 12,008" in reloads
+    assert "21 / 21 | 21 | unload-or-crash" in reloads
 
     # Dispatch: the worst scopes first, one chart each with its own totals, none for the broker.
     charts = [i for i in page.images if i["section"] == "dispatch"]

@@ -159,7 +159,30 @@ def due_alerts(day: date, cfg: AlertSettings) -> list[dict]:
             | ((F.col("state") == "stale") & (F.col("stale_since") == F.lit(day)))
         )
     )
-    rows = [r.asDict() for r in collect(due)]
+    # The day's reloads that lost acknowledgements (reload_events), one mail line each.
+    lost = (
+        read_table("reload_events")
+        .filter((F.col("day") == F.lit(day)) & F.col("lost_acknowledgements"))
+        .groupBy(*KEY)
+        .agg(
+            F.sort_array(
+                F.collect_list(
+                    F.struct(
+                        "after_at",
+                        "observed_lost",
+                        "predicted_unload_exposure",
+                        "predicted_crash_exposure",
+                        "explained_by",
+                    )
+                )
+            ).alias("lost_reloads")
+        )
+    )
+    rows = []
+    for r in collect(due.join(lost, KEY, "left")):
+        row = {k: v for k, v in r.asDict().items() if k != "lost_reloads"}
+        row["lost_reloads"] = [e.asDict() for e in r["lost_reloads"] or []]
+        rows.append(row)
     return sorted(rows, key=_sort_key)
 
 

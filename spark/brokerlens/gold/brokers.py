@@ -15,7 +15,7 @@ from pyspark.sql import functions as F
 from brokerlens.platform.settings import Settings
 from brokerlens.platform.tables import read_table
 
-_VERSION = r"^(\d+)\.(\d+)"
+_VERSION = r"^(\d+)\.(\d+)(?:\.(\d+))?"
 # Days of bronze_metrics searched back for the broker's pulsar_version_info.
 VERSION_LOOKBACK_DAYS = 7
 
@@ -81,23 +81,35 @@ def broker_versions(metrics: DataFrame, day: date) -> DataFrame:
             version.alias("version"),
             major.alias("version_major"),
             F.regexp_extract(version, _VERSION, 2).cast("int").alias("version_minor"),
+            F.coalesce(F.regexp_extract(version, _VERSION, 3).try_cast("int"), F.lit(0)).alias("version_patch"),
         )
     )
 
 
-def version_at_least(since: tuple[int, int]) -> Column:
-    """On ``broker_versions`` rows: the broker runs ``since`` (major, minor) or later."""
-    major, minor = F.col("version_major"), F.col("version_minor")
-    return (major > since[0]) | ((major == since[0]) & (minor >= since[1]))
+def version_at_least(since: tuple[int, ...]) -> Column:
+    """On ``broker_versions`` rows: the broker runs ``since`` (major, minor[, patch]) or later."""
+    parts = [F.col("version_major"), F.col("version_minor"), F.col("version_patch")][: len(since)]
+    later = F.lit(True)  # equal on every part
+    for part, bound in reversed(list(zip(parts, since))):
+        later = (part > bound) | ((part == bound) & later)
+    return later
 
 
-def version_choice(metrics: DataFrame, day: date, since: tuple[int, int], newer: str, older: str) -> DataFrame:
+def version_choice(metrics: DataFrame, day: date, since: tuple[int, ...], newer: str, older: str) -> DataFrame:
+    """``version_choices`` with one threshold: ``newer`` from ``since`` on, else ``older``."""
+    return version_choices(metrics, day, [(since, newer)], older)
+
+
+def version_choices(metrics: DataFrame, day: date, choices, older: str) -> DataFrame:
     """(v_cluster, v_broker, v_source, v_choice) for the brokers whose version ``metrics`` tell:
-    ``newer`` where the broker runs ``since`` or later, else ``older``; ``v_source`` says
-    "version x.y.z"."""
+    the choice of the first ``(since, choice)`` of ``choices`` (newest first) whose ``since`` the
+    broker runs or is later than, else ``older``; ``v_source`` says "version x.y.z"."""
+    chosen = F.lit(older)
+    for since, choice in reversed(list(choices)):
+        chosen = F.when(version_at_least(since), F.lit(choice)).otherwise(chosen)
     return broker_versions(metrics, day).select(
         F.col("cluster").alias("v_cluster"),
         F.col("broker").alias("v_broker"),
         F.concat(F.lit("version "), F.col("version")).alias("v_source"),
-        F.when(version_at_least(since), F.lit(newer)).otherwise(F.lit(older)).alias("v_choice"),
+        chosen.alias("v_choice"),
     )

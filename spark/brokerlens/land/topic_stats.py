@@ -16,6 +16,9 @@ TABLE = "bronze_topic_stats"
 SUFFIXES = (".json",)
 WHOLE_FILE = True
 SUBSCRIPTION_TYPES = ("Exclusive", "Shared", "Failover", "Key_Shared")
+# A subscription with no dispatcher (no consumer since the topic was loaded, e.g. after an unload)
+# reports its type as the string "None" (PersistentSubscription.getTypeString): no type, not a bad one.
+NO_DISPATCHER = "None"
 
 TOPIC = (
     Field("msgInCounter", "bigint", counter=True, column="topic_msg_in_counter"),
@@ -31,7 +34,7 @@ TOPIC = (
     Field("subscriptions", "map<string,string>"),
 )
 SUBSCRIPTION = (
-    Field("type", enum=SUBSCRIPTION_TYPES, column="subscription_type"),
+    Field("type", enum=(*SUBSCRIPTION_TYPES, NO_DISPATCHER), column="subscription_type"),
     Field("msgOutCounter", "bigint", counter=True),
     Field("bytesOutCounter", "bigint", counter=True),
     Field("msgRateOut", "double"),
@@ -58,6 +61,12 @@ def count(array: F.Column) -> F.Column:
     return F.when(array.isNotNull(), F.size(array))
 
 
+def subscription_column(ss: F.Column, f: Field) -> F.Column:
+    if f.key == "type":
+        return F.when(ss[f.key] != NO_DISPATCHER, ss[f.key]).alias(f.name)
+    return ss[f.key].alias(f.name)
+
+
 def parse(records: DataFrame, day: date) -> DataFrame:
     rows = explode_children(records, day, TOPIC, "subscriptions", SUBSCRIPTION, "subscription")
     ts, ss = F.col("_ts"), F.col("_cs")
@@ -72,7 +81,7 @@ def parse(records: DataFrame, day: date) -> DataFrame:
         count(ts["publishers"]).alias("publishers"),
         F.col("_tk")["publishers"].alias("publishers_json"),
         F.col("child").alias("subscription"),
-        *[ss[f.key].alias(f.name) for f in SUBSCRIPTION if f.key != "consumers"],
+        *[subscription_column(ss, f) for f in SUBSCRIPTION if f.key != "consumers"],
         count(ss["consumers"]).alias("consumers"),
         F.col("child_json").alias("subscription_json"),
         "source_file",

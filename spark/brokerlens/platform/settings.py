@@ -125,9 +125,10 @@ class ProducerSettings(BaseModel):
 class DispatchSettings(BaseModel):
     """Dispatch throttling (`build`): which rate limiter the brokers run (README "Dispatch throttling")."""
 
-    # auto: per broker from dispatchRateLimiterFactoryClassName, else its version (>= 3.2: token
-    # bucket), else classic. classic or token-bucket: that model for every broker.
-    limiter_model: Literal["auto", "classic", "token-bucket"] = "auto"
+    # auto: per broker from dispatchRateLimiterFactoryClassName, else its version (3.2 to 3.3.4 and
+    # 4.0.0 to 4.0.3: token-bucket; 3.3.5+ and 4.0.4+: token-bucket-periodic), else classic. Any
+    # other value: that model for every broker.
+    limiter_model: Literal["auto", "classic", "token-bucket", "token-bucket-periodic"] = "auto"
     # Pulsar's counting rules, as broker.conf defaults; a broker's landed config (bronze_policies
     # broker-config) overrides them per broker. false: deliveries to a subscription whose cursor
     # is caught up (consumers connected, backlog below the threshold) are not charged.
@@ -167,6 +168,8 @@ class CollectSettings(BaseModel):
     # Tenants to collect; empty: all of /admin/v2/tenants.
     tenants: list[str] = Field(default_factory=list)
     internal_stats: bool = True
+    # Also scrape each broker's /metrics into landing (metrics/<broker>@collect-<time>.prom).
+    metrics: bool = False
 
 
 class LandSettings(BaseModel):

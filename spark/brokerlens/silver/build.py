@@ -7,7 +7,7 @@
 * ``cursor_snapshots``: each internal-stats cursor with the topic-stats subscription of the same
   collection (the nearest snapshot within ``STATS_PAIRING_SECONDS``), plus topic-stats
   subscriptions that have no cursor data, plus range counts from broker /metrics
-  (``brk_ml_cursor_nonContiguousDeletedMessagesRange``) for subscriptions no stats cover.
+  (``pulsar_ml_cursor_nonContiguousDeletedMessagesRange``) for subscriptions no stats cover.
 * ``producer_snapshots``: producer stats with the configuration they ran with.
 * ``rate_limits``: the effective dispatch limit per level and scope through the day, by Pulsar's
   precedence topic policy > namespace policy > broker config, per topic partition.
@@ -25,7 +25,7 @@ from brokerlens.platform.spark import get_spark
 from brokerlens.platform.stage import StageResult
 from brokerlens.platform.tables import read_table, write_table
 
-from .cursors import CURSOR_RANGES_METRIC, cursor_snapshots
+from .cursors import CURSOR_RANGES_METRICS, cursor_snapshots
 from .intervals import OUT_COUNTERS, dispatch_intervals
 from .limits import rate_limits
 from .producers import producer_snapshots
@@ -41,7 +41,7 @@ def build_silver(day: date, settings: Settings) -> StageResult:
     topic_stats = bronze("bronze_topic_stats").persist()
     internal = bronze("bronze_internal_stats")
     dispatch = bronze("bronze_dispatch").persist()
-    metrics = bronze("bronze_metrics").where(F.col("metric").isin(*OUT_COUNTERS, CURSOR_RANGES_METRIC))
+    metrics = bronze("bronze_metrics").where(F.col("metric").isin(*OUT_COUNTERS, *CURSOR_RANGES_METRICS))
     policies = read_table("bronze_policies", settings=settings).where(F.col("day") <= F.lit(day))
     tables = {
         "dispatch_intervals": dispatch_intervals(dispatch, topic_stats, metrics),

@@ -11,8 +11,13 @@ from .topics import namespace_of
 
 # Topic stats and internal stats are two admin calls: pair them if at most this far apart.
 STATS_PAIRING_SECONDS = 60
-# brk_ml_cursor_nonContiguousDeletedMessagesRange (ManagedCursorMetrics): a cursor's range count.
-CURSOR_RANGES_METRIC = "brk_ml_cursor_nonContiguousDeletedMessagesRange"
+# A cursor's range count (ManagedCursorMetrics). Pulsar names it brk_ml_cursor_...; broker /metrics
+# writes every brk_ name as pulsar_ (PrometheusMetricsGenerator, already in 3.0.x and 4.x), and the
+# brk_ name appears in /admin/v2/broker-stats/metrics dumps: both are read.
+CURSOR_RANGES_METRICS = (
+    "pulsar_ml_cursor_nonContiguousDeletedMessagesRange",
+    "brk_ml_cursor_nonContiguousDeletedMessagesRange",
+)
 
 
 def ledger_entries(internal: DataFrame) -> Column:
@@ -30,7 +35,7 @@ def ledger_entries(internal: DataFrame) -> Column:
 
 
 def metric_cursors(metrics: DataFrame) -> DataFrame:
-    """Range counts from ``brk_ml_cursor_nonContiguousDeletedMessagesRange`` (labels ``ledger_name``
+    """Range counts from ``pulsar_ml_cursor_nonContiguousDeletedMessagesRange`` (labels ``ledger_name``
     ``tenant/ns/persistent/<encoded local name>`` and ``cursor_name``), in cursor_snapshots' shape."""
     ledger = F.col("labels")["ledger_name"]
     topic = F.concat(
@@ -40,7 +45,7 @@ def metric_cursors(metrics: DataFrame) -> DataFrame:
         F.url_decode(F.regexp_extract(ledger, r"/persistent/(.*)$", 1)),
     )
     return (
-        metrics.where((F.col("metric") == CURSOR_RANGES_METRIC) & ledger.contains("/persistent/") & ~F.isnan("value"))
+        metrics.where(F.col("metric").isin(*CURSOR_RANGES_METRICS) & ledger.contains("/persistent/") & ~F.isnan("value"))
         .select(
             "cluster",
             "broker",

@@ -1,6 +1,7 @@
 """``dispatch_intervals``: dispatch records at period grain, else the differences of successive
 out counters at scrape grain, from topic stats (``msgOutCounter``/``bytesOutCounter``) or broker
-/metrics (``pulsar_out_messages_total``/``pulsar_out_bytes_total``)."""
+/metrics (``pulsar_out_messages_total``/``pulsar_out_bytes_total``). Topic-stats intervals
+estimate their entries from the consumers' ``avgMessagesPerEntry``."""
 
 from __future__ import annotations
 
@@ -42,8 +43,24 @@ def period_intervals(dispatch: DataFrame) -> DataFrame:
     )
 
 
+def consumers_msgs_per_entry(subscription_json: Column) -> Column:
+    """The mean of the subscription's consumers' ``avgMessagesPerEntry`` (null without one >= 1).
+
+    Pulsar's Consumer keeps it as a moving average of the messages per entry it dispatched (a new
+    consumer reports 0). The dispatchers size reads in entries from the message permits left
+    (``messagesToRead``), so with batching the entries, not the messages, are what the limiter
+    bounds: without them a batched overshoot cannot be told from any other."""
+    consumers = F.from_json(subscription_json, "struct<consumers: array<struct<avgMessagesPerEntry: double>>>")
+    known = F.filter(consumers["consumers"]["avgMessagesPerEntry"], lambda v: v >= 1)
+    mean = F.aggregate(known, F.lit(0.0), lambda acc, v: acc + v) / F.size(known)
+    return F.when(F.size(known) > 0, mean)
+
+
 def counter_snapshots(topic_stats: DataFrame) -> DataFrame:
-    """Topic-stats out counters per scope and collection time."""
+    """Topic-stats out counters per scope and collection time, with ``msgs_per_entry``: the
+    consumers' messages per entry (``consumers_msgs_per_entry``; a topic partition's over all its
+    subscriptions)."""
+    per_entry = consumers_msgs_per_entry(F.col("subscription_json"))
     subscriptions = topic_stats.where(F.col("subscription").isNotNull()).select(
         F.lit("subscription").alias("level"),
         "cluster",
@@ -53,6 +70,7 @@ def counter_snapshots(topic_stats: DataFrame) -> DataFrame:
         "collected_at",
         F.col("msg_out_counter").alias("msg_counter"),
         F.col("bytes_out_counter").alias("bytes_counter"),
+        per_entry.alias("msgs_per_entry"),
     )
     topics = topic_stats.select(
         F.lit("topic").alias("level"),
@@ -63,13 +81,19 @@ def counter_snapshots(topic_stats: DataFrame) -> DataFrame:
         "collected_at",
         F.col("topic_msg_out_counter").alias("msg_counter"),
         F.col("topic_bytes_out_counter").alias("bytes_counter"),
+        per_entry.alias("msgs_per_entry"),
     )
     return (
         subscriptions.unionByName(topics)
         .where(F.col("msg_counter").isNotNull() & F.col("bytes_counter").isNotNull())
         # The topic counters repeat on each subscription row of a snapshot: one per snapshot.
         .groupBy(*SCOPE, "collected_at")
-        .agg(F.max("broker").alias("broker"), F.max("msg_counter").alias("msg_counter"), F.max("bytes_counter").alias("bytes_counter"))
+        .agg(
+            F.max("broker").alias("broker"),
+            F.max("msg_counter").alias("msg_counter"),
+            F.max("bytes_counter").alias("bytes_counter"),
+            F.avg("msgs_per_entry").alias("msgs_per_entry"),
+        )
     )
 
 
@@ -93,19 +117,26 @@ def metric_counter_snapshots(metrics: DataFrame) -> DataFrame:
         samples.groupBy(*SCOPE, "collected_at")
         .agg(F.max("broker").alias("broker"), *[c.alias(name) for name, c in counter.items()])
         .where(F.col("msg_counter").isNotNull() & F.col("bytes_counter").isNotNull())
+        # /metrics has no per-subscription entry count or messages per entry.
+        .withColumn("msgs_per_entry", F.lit(None).cast("double"))
     )
 
 
 def counter_intervals(snapshots: DataFrame, source: str) -> DataFrame:
-    """Scrape-grain intervals between successive counter snapshots of the same scope."""
+    """Scrape-grain intervals between successive counter snapshots of the same scope. Entries are
+    the messages over ``msgs_per_entry`` at the interval's end (else its start): an estimate,
+    null where no consumer reported one."""
     order = Window.partitionBy(*SCOPE).orderBy("collected_at")
     with_prev = snapshots.select(
         "*",
         F.lag("collected_at").over(order).alias("prev_at"),
         F.lag("msg_counter").over(order).alias("prev_msgs"),
         F.lag("bytes_counter").over(order).alias("prev_bytes"),
+        F.lag("msgs_per_entry").over(order).alias("prev_per_entry"),
     ).where(F.col("prev_at").isNotNull())
     reset = (F.col("msg_counter") < F.col("prev_msgs")) | (F.col("bytes_counter") < F.col("prev_bytes"))
+    msgs = F.when(reset, F.col("msg_counter")).otherwise(F.col("msg_counter") - F.col("prev_msgs"))
+    per_entry = F.coalesce("msgs_per_entry", "prev_per_entry")
     return with_prev.select(
         F.to_date("prev_at").alias("day"),
         "level",
@@ -116,9 +147,9 @@ def counter_intervals(snapshots: DataFrame, source: str) -> DataFrame:
         F.col("prev_at").alias("interval_start"),
         ((F.unix_micros("collected_at") - F.unix_micros("prev_at")) / 1e6).alias("interval_seconds"),
         F.lit("scrape").alias("grain"),
-        F.when(reset, F.col("msg_counter")).otherwise(F.col("msg_counter") - F.col("prev_msgs")).alias("msgs"),
+        msgs.alias("msgs"),
         F.when(reset, F.col("bytes_counter")).otherwise(F.col("bytes_counter") - F.col("prev_bytes")).alias("bytes"),
-        F.lit(None).cast("bigint").alias("entries"),
+        F.ceil(msgs / per_entry).cast("bigint").alias("entries"),
         F.lit(None).cast("bigint").alias("redelivered_msgs"),
         F.lit(source).alias("source"),
         reset.alias("counter_reset"),

@@ -20,13 +20,23 @@ from .links import report_path
 from .producers import producer_section
 from .quality import quality_section
 from .quarantine import quarantine_section
+from .reloads import reload_section
 
-SECTIONS = (dispatch_section, cursor_section, alert_section, producer_section, quarantine_section, quality_section)
+SECTIONS = (
+    dispatch_section,
+    cursor_section,
+    reload_section,
+    alert_section,
+    producer_section,
+    quarantine_section,
+    quality_section,
+)
 # The tables the report reads, listed with their Delta versions at the foot of the page.
 SOURCE_TABLES = (
     "dispatch_daily",
     "dispatch_periods",
     "cursor_ranges",
+    "reload_events",
     "hole_alerts",
     "alert_notifications",
     "producer_lint",

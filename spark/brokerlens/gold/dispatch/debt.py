@@ -9,7 +9,7 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 from .limits import MEASURES, US, limit_timeline, quota_until, round_half_up, with_limit
-from .models import CLASSIC, TOKEN_BUCKET
+from .models import CLASSIC, TOKEN_BUCKETS
 from .scopes import SCOPE, scope_join
 
 
@@ -57,7 +57,7 @@ def closing_debt(
     joined = with_limit(joined, timeline, "_end_us", "e_")
     out = joined
     for name, m in MEASURES:
-        tb = F.col("limiter_model") == TOKEN_BUCKET
+        tb = F.col("limiter_model").isin(*TOKEN_BUCKETS)
         reset = (
             F.col(f"a_{m}_q").isNull()
             | F.col(f"e_{m}_q").isNull()

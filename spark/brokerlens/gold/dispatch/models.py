@@ -9,12 +9,23 @@ from datetime import date, timedelta
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from brokerlens.gold.brokers import broker_config_at, version_choice
+from brokerlens.gold.brokers import broker_config_at, version_choices
 
-CLASSIC, TOKEN_BUCKET = "classic", "token-bucket"
+# classic: RateLimiter. token-bucket: AsyncTokenBucket refilled every 16 ms (PIP-322, Pulsar 3.2).
+# token-bucket-periodic: AsyncTokenBucket refilled once per rate period
+# (DispatchRateLimiterAsyncTokenBucketImpl sets addTokensResolutionNanos to the period, "to behave
+# like the classic limiter"; the same change made the factory selectable).
+CLASSIC, TOKEN_BUCKET, TOKEN_BUCKET_PERIODIC = "classic", "token-bucket", "token-bucket-periodic"
+TOKEN_BUCKETS = (TOKEN_BUCKET, TOKEN_BUCKET_PERIODIC)
 FACTORY_KEY = "dispatchRateLimiterFactoryClassName"
-# Pulsar 3.2 (PIP-322) replaced the classic RateLimiter with AsyncTokenBucket.
-TOKEN_BUCKET_SINCE = (3, 2)
+# The model by version, newest first: the periodic refill is in 4.0.4 and 3.3.5 (the first
+# releases of their lines with DispatchRateLimiterFactoryClassic) and every later line.
+VERSION_MODELS = (
+    ((4, 0, 4), TOKEN_BUCKET_PERIODIC),
+    ((4, 0, 0), TOKEN_BUCKET),
+    ((3, 3, 5), TOKEN_BUCKET_PERIODIC),
+    ((3, 2), TOKEN_BUCKET),
+)
 
 
 def config_by_end_of(brokers: DataFrame, policies: DataFrame, keys: list[str], day: date) -> DataFrame:
@@ -30,16 +41,17 @@ def limiter_models(brokers: DataFrame, policies: DataFrame, metrics: DataFrame, 
     limiter_model_source).
 
     ``override`` (settings ``dispatch.limiter_model``) > broker config
-    ``dispatchRateLimiterFactoryClassName`` (``broker_config_at``) > the broker's version
-    (``pulsar_version_info{version}`` in bronze_metrics, latest sample by the end of the day:
-    >= 3.2 token bucket) > classic. ``brokers``: the (cluster, broker) pairs to resolve.
+    ``dispatchRateLimiterFactoryClassName`` (``broker_config_at``; the key exists only where the
+    bucket is refilled per period) > the broker's version (``pulsar_version_info{version}`` in
+    bronze_metrics, latest sample by the end of the day: ``VERSION_MODELS``) > classic.
+    ``brokers``: the (cluster, broker) pairs to resolve.
     """
     if override != "auto":
         return brokers.select("cluster", "broker", F.lit(override).alias("limiter_model"), F.lit("settings").alias("limiter_model_source"))
-    versions = version_choice(metrics, day, TOKEN_BUCKET_SINCE, TOKEN_BUCKET, CLASSIC)
+    versions = version_choices(metrics, day, VERSION_MODELS, CLASSIC)
     factory = F.col(FACTORY_KEY)
     # Pulsar's factories: DispatchRateLimiterFactoryClassic / ...AsyncTokenBucket.
-    config = F.when(factory.endswith("Classic"), F.lit(CLASSIC)).when(factory.endswith("AsyncTokenBucket"), F.lit(TOKEN_BUCKET))
+    config = F.when(factory.endswith("Classic"), F.lit(CLASSIC)).when(factory.endswith("AsyncTokenBucket"), F.lit(TOKEN_BUCKET_PERIODIC))
     resolved = config_by_end_of(brokers, policies, [FACTORY_KEY], day).join(
         versions, (F.col("cluster") == F.col("v_cluster")) & (F.col("broker") == F.col("v_broker")), "left"
     )

@@ -18,7 +18,7 @@ from .cursors import (
     with_starved_empty,
 )
 from .limits import MEASURES, US, limit_timeline, quota_until, round_half_up, with_limit
-from .models import TOKEN_BUCKET, with_model
+from .models import TOKEN_BUCKET, TOKEN_BUCKETS, with_model
 from .scopes import SCOPE
 
 
@@ -104,7 +104,14 @@ def dispatch_periods(
         )
 
     rows = with_model(with_limit(rows, timeline, "t0_us", "l_"), models)
-    token_bucket = F.col("limiter_model") == TOKEN_BUCKET
+    # Both token buckets are built anew, full, on every rate change; only the one refilled every
+    # 16 ms lets a full bucket plus the period's refill through in one period.
+    rebuilt = F.col("limiter_model").isin(*TOKEN_BUCKETS)
+    # A snapshot interval is not aligned with the limiter's periods (the classic RateLimiter
+    # renews on its own fixed schedule, the token bucket on the first read a period after its last
+    # refill): it can hold the reads of one period more than its share of the quota. Judged like
+    # that bucket, one period's quota of slack, so a limiter that held is never found over.
+    token_bucket = (F.col("limiter_model") == TOKEN_BUCKET) | (F.col("grain") == "scrape")
     count_unit = (
         F.when(F.col("l_count_entries") & F.col("entries").isNotNull(), F.lit("entries"))
         .when(F.col("l_count_entries"), F.lit("msgs-no-entries"))
@@ -132,7 +139,7 @@ def dispatch_periods(
             for column in (
                 quota_until(m, F.col("t0_us"), "l_").alias(f"_q0_{name}"),
                 quota_until(m, F.col("t1_us"), "l_").alias(f"_q1_{name}"),
-                F.when(token_bucket, F.col(f"l_{m}_seg_tb")).otherwise(F.col(f"l_{m}_seg")).alias(f"_seg_{name}"),
+                F.when(rebuilt, F.col(f"l_{m}_seg_tb")).otherwise(F.col(f"l_{m}_seg")).alias(f"_seg_{name}"),
             )
         ],
     )  # fmt: skip
@@ -156,10 +163,11 @@ def dispatch_periods(
     for name, m in MEASURES:
         d = F.col(f"counted_{name}")
         limited = F.col(f"{m}_limit").isNotNull()
-        # x: the recursion's state before and after the row. Classic: the debt itself. Token
-        # bucket (capacity = the limit, refilled by the quota, starts full): capacity - tokens,
-        # so tokens may go negative by x - capacity (the debt), and the allowance is the tokens
-        # at the start plus the refill during the row.
+        # x: the recursion's state before and after the row. Classic, and the token bucket
+        # refilled once per period: the debt itself (the tokens at a period start are q - x).
+        # Token bucket refilled every 16 ms (capacity = the limit, starts full): capacity -
+        # tokens, so tokens may go negative by x - capacity (the debt), and the allowance is the
+        # tokens at the start plus the refill during the row.
         x_in, x_out = F.col(f"_x_in_{name}"), F.col(f"_x_out_{name}")
         cap = F.col(f"{m}_limit")
         quota = F.when(limited, F.col(f"_q1_{name}") - F.col(f"_q0_{name}"))
@@ -175,7 +183,7 @@ def dispatch_periods(
             )
             .withColumn(f"debt_out_{name}", F.when(limited, debt_out).otherwise(F.lit(0)))
             .withColumn(f"quota_{name}", quota)
-            .withColumn(f"tokens_out_{name}", F.when(limited & token_bucket, cap - x_out))
+            .withColumn(f"tokens_out_{name}", F.when(limited & rebuilt, cap - x_out))
         )
     rows = rows.where(F.col("source") != CURSOR_SOURCE)
     out = (

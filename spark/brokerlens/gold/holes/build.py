@@ -1,5 +1,6 @@
 """The holes build step: the day's ``cursor_ranges`` (with growth over the window reaching into
-yesterday), quarantine rows for malformed ``individuallyDeletedMessages``, then ``hole_alerts``."""
+yesterday), quarantine rows for malformed ``individuallyDeletedMessages``, then ``hole_alerts``
+and ``reload_events``."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from brokerlens.platform.tables import WriteResult, read_table, write_table
 from .alerts import hole_alerts_frame
 from .cursor_ranges import cursor_ranges_frame, with_growth
 from .persistence import SNAPSHOT_KEY
+from .reloads import reload_events_frame
 
 QUARANTINE_RAW_CHARS = 64 * 1024
 
@@ -88,6 +90,17 @@ def build_holes(day: date, settings: Settings) -> StageResult:
     counts = read_table("hole_alerts").filter(on_day).groupBy("severity", "state").count().collect()
     for r in sorted(counts, key=lambda r: (r["severity"] or "", r["state"])):
         result.metrics[f"alerts_{r['severity'] or 'none'}_{r['state']}"] = r["count"]
+    # Reloads: the previous day's snapshots give the first one of the day its predecessor.
+    days = (F.col("day") >= F.lit(day - timedelta(days=1))) & (F.col("day") <= F.lit(day))
+    reloads = reload_events_frame(
+        read_table("cursor_ranges").filter(days),
+        read_table("bronze_topic_stats").filter(days),
+        read_table("bronze_internal_stats").filter(days),
+        day,
+    ).select(*table_schema("reload_events").column_names)
+    result.writes.append(write_table(reloads, "reload_events", mode="replace", partitions=[{"day": day}]))
+    lost = read_table("reload_events").filter(on_day).agg(F.count("*").alias("n"), F.sum(F.col("lost_acknowledgements").cast("int")).alias("lost")).first()
+    result.metrics["reloads"], result.metrics["reloads_lost_acks"] = lost["n"], lost["lost"] or 0
     if result.metrics["malformed_ranges"]:
         result.lines.append(
             f"{result.metrics['malformed_ranges']} cursor snapshots with malformed individuallyDeletedMessages "

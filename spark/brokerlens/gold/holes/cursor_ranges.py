@@ -2,21 +2,27 @@
 
 A cursor's progress is ``markDeletePosition`` plus ``individuallyDeletedMessages``, the acknowledged
 ranges after it, written by Pulsar as ``[(3:4..3:6], (3:7..3:9]]`` (open below, closed above).
-Only the first ``managedLedgerMaxUnackedRangesToPersist`` ranges are persisted (ManagedCursorImpl): past the
-cap, acknowledgements are lost on a topic reload and those entries are delivered again.
+Only part of them is persisted: past the cap ``managedLedgerMaxUnackedRangesToPersist``,
+acknowledgements are lost on a topic reload and those entries are delivered again.
 
 How the cursor ledger holds the state depends on ``managedLedgerPersistIndividualAckAsLongArray``
-(``persist_mode``, README "Ack-state persistence modes", from Pulsar's ``ManagedCursorImpl``):
+(``persist_mode``, from Pulsar's ``ManagedCursorImpl``, checked against a live broker):
 
-* ranges: ``PositionInfo.individualDeletedMessages``, the first ``cap`` ranges in position order;
-  the entries in later ranges are exposed.
-* long-array (default from 4.1): ``OpenLongPairRangeSet.toRanges(cap)`` walks the ledgers in id
-  order and keeps a ledger while the running count of acknowledged entries (the ledger bitset's
-  cardinality, not its ranges) stays within ``cap``; the first ledger past it and every later one
-  are left out (exposed). Each kept ledger is a ``LongListMap``: its bitset as 64-bit words from
-  entry 0 to its last acknowledged entry, so the size grows with the entry span, not the holes.
-  If no ledger fits, Pulsar writes ranges instead; if the entry exceeds BookKeeper's frame limit
-  the ledger write fails and the metadata store gets the first ``cap`` ranges.
+* ranges: ``PositionInfo.individualDeletedMessages``, the first ``cap + 1`` ranges in position order
+  (the loop adds a range, then stops once it holds more than ``cap``); later ranges are exposed.
+* long-array: ``OpenLongPairRangeSet.toRanges(cap)`` walks the ledgers in id order and keeps a
+  ledger while the acknowledged entries of the ledgers before it (bitset cardinalities, not
+  ranges) number at most ``cap``: the first ledger is always kept, and every ledger after the
+  first one past that count is left out (exposed). Each kept ledger is a ``LongListMap``: its
+  bitset as 64-bit words from entry 0 to its last acknowledged entry, so the size grows with the
+  entry span, not the holes. If the entry exceeds BookKeeper's frame limit the ledger write fails
+  and the metadata store gets the first ``cap + 1`` ranges.
+
+A crash recovers the cursor ledger's last entry (``exposure_entries``). A graceful close (topic
+unload, broker shutdown) goes through ``persistPositionWhenClosing``: with at most
+``managedLedgerMaxUnackedRangesToPersistInMetadataStore`` ranges it writes the ranges, always in
+range format and cut at ``cap + 1``, to the metadata store, whatever the mode; with more it
+writes the cursor ledger as above (``unload_exposure_entries``).
 """
 
 from __future__ import annotations
@@ -56,7 +62,7 @@ def cursor_ranges_frame(snapshots: DataFrame, day: date, alerts: AlertSettings) 
     ranges = F.when(parsed_ok, F.coalesce("ranges_parsed", zero)).otherwise(F.col("ranges_reported"))
     reported_source = (
         F.when(F.col("ranges_source") == "internal-stats", F.lit("totalNonContiguousDeletedMessagesRange"))
-        .when(F.col("ranges_source") == "metrics", F.lit("brk_ml_cursor_nonContiguousDeletedMessagesRange"))
+        .when(F.col("ranges_source") == "metrics", F.lit("pulsar_ml_cursor_nonContiguousDeletedMessagesRange"))
         .otherwise(F.lit("nonContiguousDeletedMessagesRanges"))
     )
     # What the cursor ledger holds after this snapshot (see the module docstring); in long-array mode
@@ -71,6 +77,7 @@ def cursor_ranges_frame(snapshots: DataFrame, day: date, alerts: AlertSettings) 
     )
     range_exposure = F.when(no_ranges, zero).otherwise(F.col("exposure_entries"))
     exposure = F.when(F.col("persisted_as") == LONG_ARRAY, F.col("long_array_exposure")).when(F.col("persisted_as").isNotNull(), range_exposure)
+    closes_to_store = ranges <= F.col("metadata_store_cap")
     long_array_size = F.col("persisted_as").isin(LONG_ARRAY, METADATA_STORE)
     out = joined.withColumn("persisted_as", persisted_as).select(
         "day",
@@ -94,8 +101,9 @@ def cursor_ranges_frame(snapshots: DataFrame, day: date, alerts: AlertSettings) 
         "persisted_as",
         F.when(parsed_ok & long_array, F.coalesce("long_array_ledgers", F.when(no_ranges, F.lit(0)))).alias("long_array_ledgers"),
         "metadata_store_cap",
-        (ranges <= F.col("metadata_store_cap")).alias("closes_to_metadata_store"),
+        closes_to_store.alias("closes_to_metadata_store"),
         F.when(parsed_ok, exposure).alias("exposure_entries"),
+        F.when(parsed_ok, F.when(closes_to_store, range_exposure).otherwise(exposure)).alias("unload_exposure_entries"),
         F.when(parsed_ok, F.when(no_ranges, zero).otherwise(F.col("acked_entries"))).alias("acked_entries"),
         F.when(long_array_size, F.col("long_array_bytes"))
         .otherwise(F.coalesce(F.col("serialized_size_reported"), F.round(ranges * ESTIMATED_BYTES_PER_RANGE).cast("bigint")))

@@ -57,8 +57,10 @@ def _varint_bytes(x: Column) -> Column:
 
 
 def _long_array(per_ledger: DataFrame) -> DataFrame:
-    """Per ledger: ``kept`` by ``toRanges(cap)`` (the running count of acknowledged entries over the
-    ledgers in id order, this one included, is within the cap; null when an entry count is unknown)
+    """Per ledger: ``kept`` by ``toRanges(cap)`` (the count of acknowledged entries in the earlier
+    ledgers, in id order, is within the cap: Pulsar tests ``rangeCount.getAndAdd(cardinality) >
+    cap``, the count before this ledger, so the first ledger is always kept; null when an entry
+    count is unknown)
     and ``field_bytes``, its ``PositionInfo.individualDeletedMessageRanges`` field: a tag byte, the
     length, and the ``LongListMap`` (key tag + ledger id, then one word per 64 entry ids from entry 0
     to the last acknowledged one: words below the first acknowledged entry are 0)."""
@@ -69,7 +71,10 @@ def _long_array(per_ledger: DataFrame) -> DataFrame:
     return (
         per_ledger.withColumn(
             "kept",
-            F.when(F.sum("entries_unknown").over(upto) == 0, F.sum("entries").over(upto) <= F.col("cap")),
+            F.when(
+                F.sum("entries_unknown").over(upto) == 0,
+                F.sum("entries").over(upto) - F.col("entries") <= F.col("cap"),
+            ),
         )
         .withColumn("_map", list_map.cast("bigint"))
         .withColumn("field_bytes", F.lit(1) + _varint_bytes(F.col("_map")) + F.col("_map"))
@@ -105,8 +110,9 @@ def range_stats(parsed: DataFrame) -> DataFrame:
             ((ll > ul) | ((ll == ul) & (le >= ue))) | (F.col("prev_ul") > ll) | ((F.col("prev_ul") == ll) & (F.col("prev_ue") > le)),
         )
         .withColumn("entries", _range_entries(ll, le, ul, ue))
-        # pos is 0-based: ranges at positions >= cap are the ones not persisted.
-        .withColumn("beyond", F.col("pos") >= F.col("cap"))
+        # pos is 0-based. ManagedCursorImpl.buildIndividualDeletedMessageRanges adds a range before it
+        # tests ``size <= cap``, so it stops after cap + 1 ranges: positions > cap are not persisted.
+        .withColumn("beyond", F.col("pos") > F.col("cap"))
     )
     per_ledger = ranges.groupBy(*SNAPSHOT_KEY, "ul").agg(
         F.max("cap").alias("cap"),

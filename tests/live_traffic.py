@@ -1,0 +1,122 @@
+"""Traffic for the live-broker throttling tests: producers with and without batching, a consumer
+that keeps each message's receive time and publish time, and a collector that runs
+``brokerlens collect`` on the broker's admin API every second (with a /metrics scrape beside it)
+into a landing folder while the traffic runs."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+import pulsar
+
+from brokerlens.sources.collect import collect
+
+
+@dataclass
+class Received:
+    """What a consumer saw: per message (receive time, publish time), epoch seconds."""
+
+    times: list[tuple[float, float]] = field(default_factory=list)
+
+    @property
+    def count(self) -> int:
+        return len(self.times)
+
+    def within(self, start: float, seconds: float) -> int:
+        return sum(1 for r, _ in self.times if start <= r < start + seconds)
+
+    @property
+    def first(self) -> float:
+        return self.times[0][0]
+
+
+def subscribe_first(client: pulsar.Client, topic: str, subscription: str) -> None:
+    """Create the durable subscription before anything is published, so the backlog is kept."""
+    client.subscribe(topic, subscription, consumer_type=pulsar.ConsumerType.Exclusive).close()
+
+
+def produce(client: pulsar.Client, topic: str, messages: int, batch: int | None = None, size: int = 100) -> None:
+    """``messages`` of ``size`` bytes at once; ``batch``: entries of exactly that many messages
+    (each batch flushed whole)."""
+    options = {"batching_enabled": bool(batch), "block_if_queue_full": True}
+    if batch:
+        options.update(batching_max_messages=batch, batching_max_publish_delay_ms=10_000,
+                       batching_max_allowed_size_in_bytes=64 * 1024 * 1024)  # fmt: skip
+    producer = client.create_producer(topic, **options)
+    payload = b"x" * size
+    try:
+        for i in range(messages):
+            producer.send_async(payload, None)
+            if batch and (i + 1) % batch == 0:
+                producer.flush()
+        producer.flush()
+    finally:
+        producer.close()
+
+
+def consume(client: pulsar.Client, topic: str, subscription: str, seconds: float, queue: int = 1000,
+            during=None) -> Received:  # fmt: skip
+    """Receive and acknowledge for ``seconds``; ``during`` (optional) runs in a thread meanwhile
+    (a producer, a policy change)."""
+    consumer = client.subscribe(topic, subscription, consumer_type=pulsar.ConsumerType.Exclusive,
+                                receiver_queue_size=queue, initial_position=pulsar.InitialPosition.Earliest)  # fmt: skip
+    side = threading.Thread(target=during, daemon=True) if during else None
+    if side:
+        side.start()
+    received, end = Received(), time.time() + seconds
+    try:
+        while time.time() < end:
+            try:
+                message = consumer.receive(timeout_millis=50)
+            except pulsar.Timeout:
+                continue
+            received.times.append((time.time(), message.publish_timestamp() / 1000))
+            consumer.acknowledge(message)
+    finally:
+        consumer.close()
+        if side:
+            side.join(60)
+    return received
+
+
+class Collector:
+    """``brokerlens collect`` every ``every`` seconds on ``broker``'s admin API, into
+    ``settings.landing``, and its /metrics every ``metrics_every`` collections (a file per scrape,
+    named for the broker as the landing wants: ``127.0.0.1_<port>@<n>.prom``)."""
+
+    def __init__(self, broker, settings, every: float = 1.0, metrics_every: int = 5):
+        self.broker, self.settings, self.every, self.metrics_every = broker, settings, every, metrics_every
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self.runs, self.errors = 0, []
+
+    def __enter__(self) -> "Collector":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(60)
+        self.once()  # the counters after the traffic
+
+    def once(self) -> None:
+        collect(None, self.settings, admin_url=self.broker.admin_url)
+        if self.runs % self.metrics_every == 0:
+            day = datetime.now(timezone.utc).date().isoformat()
+            folder = self.settings.landing / day / "metrics"
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / f"127.0.0.1_{self.broker.web_port}@{self.runs}.prom").write_text(self.broker.metrics())
+        self.runs += 1
+
+    def _run(self) -> None:
+        next_at = time.time()
+        while not self._stop.is_set():
+            try:
+                self.once()
+            except Exception as exc:  # noqa: BLE001 - kept for the test to show, not hidden
+                self.errors.append(repr(exc))
+            next_at += self.every
+            self._stop.wait(max(0.0, next_at - time.time()))
