@@ -175,6 +175,30 @@ def test_policies_only_when_changed(admin, collect_settings):
         ("namespace-subscription-dispatch-rate", 120),
         ("topic-dispatch-rate", None),
     ]
+    # The broker applied each change between the collect that last saw the old value and this one:
+    # a cut (200 -> 120) counts from this collect, a removal (no limit) from the start of the
+    # second (the rate period) of the one before.
+    times = [json.loads(path.read_text())[0]["collected_at"] for path in landed(collect_settings, "topic-stats")]
+    assert sorted((r["kind"], r["effective_at"]) for r in records) == [
+        ("namespace-subscription-dispatch-rate", times[2]),
+        ("topic-dispatch-rate", times[1][:19] + "Z"),
+    ]
+
+    # Messages raised (120 -> 300) and bytes cut (none -> 5000) at once: the looser of the two
+    # (300, no byte limit) from the last collect, the new policy from this one.
+    Replay.overrides["/admin/v2/namespaces/acme/orders/subscriptionDispatchRate"] = {
+        "dispatchThrottlingRateInMsg": 300,
+        "dispatchThrottlingRateInByte": 5000,
+        "relativeToPublishRate": False,
+        "ratePeriodInSecond": 1,
+    }
+    collect(None, collect_settings, admin_url=admin)
+    times = [json.loads(path.read_text())[0]["collected_at"] for path in landed(collect_settings, "topic-stats")]
+    records = [json.loads(line) for line in landed(collect_settings, "policies")[-1].read_text().splitlines()]
+    assert [(r["effective_at"], r["policy"]["dispatchThrottlingRateInMsg"], r["policy"]["dispatchThrottlingRateInByte"]) for r in records] == [
+        (times[2][:19] + "Z", 300, -1),
+        (times[3], 300, 5000),
+    ]
 
 
 def test_wrong_token_is_a_clear_error_without_the_token(admin, brokerlens_home):

@@ -51,6 +51,10 @@ LONG_ARRAY_KEY = "managedLedgerPersistIndividualAckAsLongArray"
 BROKERS = {
     "ranges": (pulsar_jars.LTS, "false", "ranges", f"broker-config {LONG_ARRAY_KEY}"),
     "long-array": (pulsar_jars.LTS, "true", "long-array", f"broker-config {LONG_ARRAY_KEY}"),
+    # 4.2.4's default is long-array (the key is in its runtime configuration); 3.0.7 has no such
+    # key, so the mode comes from the version its /metrics reports.
+    "newer": (pulsar_jars.NEWER, None, "long-array", f"broker-config {LONG_ARRAY_KEY}"),
+    "older": (pulsar_jars.OLDER, None, "ranges", f"version {pulsar_jars.OLDER}"),
 }
 
 

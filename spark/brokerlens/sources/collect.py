@@ -212,12 +212,13 @@ def collect(
     observed = [(kind, scope, policy) for kind, scope, policy in policies]
     if config is not None:
         observed += [("broker-config", broker, config) for broker in brokers]
-    changed = _changed_policies(settings.landing / STATE_FILE, cluster, observed)
+    changed, seen_before = _changed_policies(settings.landing / STATE_FILE, cluster, observed, collected_at)
     if changed:
         lines = []
-        for kind, scope, policy in changed:
+        for kind, scope, policy, previous in changed:
             key = "broker" if kind == "broker-config" else "topic" if kind.startswith("topic") else "namespace"
-            lines.append(json.dumps({"effective_at": collected_at, "cluster": cluster, "kind": kind, key: scope, "policy": policy}))
+            for effective_at, value in _dated_change(previous, policy, seen_before, collected_at):
+                lines.append(json.dumps({"effective_at": effective_at, "cluster": cluster, "kind": kind, key: scope, "policy": value}))
         write_atomic(root / "policies" / f"collect-{stamp}.jsonl", "\n".join(lines) + "\n")
 
     result = StageResult(stage="collect", day=clock.date())
@@ -261,16 +262,67 @@ def _broker_config(client: AdminClient) -> dict:
     return {k: _typed(v) for k, v in sorted(merged.items()) if BROKER_KEYS.match(k)}
 
 
-def _changed_policies(state_path: Path, cluster: str, observed: list[tuple[str, str, dict | None]]):
-    """Policies that differ from the last collected value; updates the state file."""
+def _changed_policies(state_path: Path, cluster: str, observed: list[tuple[str, str, dict | None]], collected_at: str):
+    """(policies that differ from the last collected value, with that value; the time of the last
+    collect, which still saw those values). Updates the state file."""
     state = json.loads(state_path.read_text()) if state_path.is_file() else {}
+    clock_key = f"{cluster}|_collected_at"
+    seen_before = state.get(clock_key)
     changed = []
     for kind, scope, policy in observed:
         key = f"{cluster}|{kind}|{scope}"
         if key not in state and policy is None:
             continue  # never set: nothing to record
         if state.get(key, "absent") != policy:
-            changed.append((kind, scope, policy))
+            changed.append((kind, scope, policy, state.get(key)))
             state[key] = policy
+    state[clock_key] = collected_at
     write_atomic(state_path, json.dumps(state, indent=1, sort_keys=True) + "\n")
-    return changed
+    return changed, seen_before
+
+
+# The limits a dispatch-rate policy (DispatchRate) or the broker configuration sets.
+RATE_KEYS = re.compile(r"^dispatchThrottlingRate\w*In(Msg|Byte)$")
+
+
+def _limit(value) -> float | None:
+    # A value <= 0, or none, is no limit.
+    return value if isinstance(value, int | float) and not isinstance(value, bool) and value > 0 else None
+
+
+def _relaxed(previous: dict | None, policy: dict | None) -> dict | None:
+    """The looser of two policies, limit by limit (no policy: no limit)."""
+    if previous is None or policy is None:
+        return None
+
+    def looser(key: str):
+        old, new = _limit(previous.get(key)), _limit(policy.get(key))
+        if new is None:
+            return policy.get(key, -1)
+        return -1 if old is None else max(old, new)
+
+    return {**policy, **{k: looser(k) for k in {*previous, *policy} if RATE_KEYS.match(k)}}
+
+
+def _period_start(iso: str, policy: dict | None) -> str:
+    """The start of the rate period (epoch-aligned, as rate_limits' grid is) that holds ``iso``."""
+    period = (policy or {}).get("ratePeriodInSecond")
+    seconds = period if isinstance(period, int) and not isinstance(period, bool) and period > 0 else 1
+    at = datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
+    return datetime.fromtimestamp(at // seconds * seconds, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _dated_change(previous: dict | None, policy: dict | None, seen_before: str | None, collected_at: str) -> list[tuple[str, dict | None]]:
+    """The records of one policy change seen by this collect. The broker applied it at some time
+    after the last collect, which still saw the old value, and at the latest now; a rate change
+    builds a new, full token bucket at once, so a live broker's consumer got the raised rate
+    within the period of the last collect. Judged as the limiter that may have held: the looser
+    of the two from the start of that period, the new one from now."""
+    if seen_before is None or previous is None:
+        return [(collected_at, policy)]
+    relaxed = _relaxed(previous, policy)
+    if relaxed == policy:
+        return [(_period_start(seen_before, policy), policy)]
+    if relaxed == previous or relaxed is None:
+        return [(collected_at, policy)]
+    return [(_period_start(seen_before, relaxed), relaxed), (collected_at, policy)]

@@ -57,6 +57,13 @@ def throttle_events(topic_stats: DataFrame) -> DataFrame:
     )
 
 
+def scrape_slack(limit: str) -> Column:
+    # A counter row's allowance holds one period's quota of slack (periods.py: the snapshots are
+    # not aligned with the limiter's periods); the limiter's own allowance, used up whenever the
+    # broker throttled, is the one without it.
+    return F.when(F.col("grain") == "scrape", F.coalesce(F.col(limit), F.lit(0))).otherwise(F.lit(0))
+
+
 def dispatch_daily(
     periods: DataFrame,
     opening_debt: DataFrame | None,
@@ -87,8 +94,8 @@ def dispatch_daily(
             (
                 (F.col("charge_rule") != NOT_CHARGED)
                 & (
-                    F.coalesce(F.col("counted_msgs") >= F.col("allowed_msgs"), F.lit(False))
-                    | F.coalesce(F.col("counted_bytes") >= F.col("allowed_bytes"), F.lit(False))
+                    F.coalesce(F.col("counted_msgs") >= F.col("allowed_msgs") - scrape_slack("msg_limit"), F.lit(False))
+                    | F.coalesce(F.col("counted_bytes") >= F.col("allowed_bytes") - scrape_slack("byte_limit"), F.lit(False))
                 )
             ).cast("int")
         ).alias("periods_exhausted"),
