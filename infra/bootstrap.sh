@@ -55,6 +55,14 @@ fi
 # no-op when they are there.
 fetch_jars() {
   .venv/bin/python -m brokerlens.platform.jars >/dev/null || exit 1
+  build_interceptor
+}
+
+# brokerlens' Pulsar broker interceptor (docs/interceptor.md), built once per source and Pulsar
+# version into ~/.cache/brokerlens/pulsar/interceptor by Maven (infra/pulsar/interceptor.py); the
+# live-broker tests load it. A no-op when that NAR is there.
+build_interceptor() {
+  .venv/bin/python infra/pulsar/interceptor.py >/dev/null || exit 1
 }
 
 stamp=".venv/.installed-$(cat requirements/lock.txt pyproject.toml | sha256sum | cut -c1-16)"

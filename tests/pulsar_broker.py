@@ -7,6 +7,7 @@ same data (a crash)."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -19,6 +20,7 @@ import requests
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "infra" / "pulsar"))
 import fetch as pulsar_jars  # noqa: E402  (infra/pulsar/fetch.py: the pinned versions and the JAR cache)
+import interceptor as pulsar_interceptor  # noqa: E402  (infra/pulsar/interceptor.py: brokerlens' interceptor NAR)
 
 SKIP_ENV = "BROKERLENS_SKIP_PULSAR_TESTS"
 LOOPBACK = next((name for _, name in socket.if_nameindex() if name.startswith("lo")), "lo")
@@ -100,12 +102,29 @@ def free_port() -> int:
 
 
 class PulsarBroker:
-    """One standalone broker. ``config`` overrides broker.conf keys (values written as given)."""
+    """One standalone broker. ``config`` overrides broker.conf keys (values written as given).
+    ``interceptor=True`` loads brokerlens' broker interceptor (infra/pulsar/interceptor.py builds
+    its NAR): the NAR is copied alone into ``<root>/interceptors`` (Pulsar keys the NARs of a
+    folder by their interceptor name, so the cache's older builds must not be beside it), with
+    ``brokerInterceptorsDirectory`` and ``brokerInterceptors`` set. Pulsar 4.0.7 has no
+    ``disableBrokerInterceptors`` switch: a non-empty ``brokerInterceptors`` is what loads them
+    (``BrokerInterceptors.load``), in the standalone as in a broker."""
 
-    def __init__(self, root: Path, version: str = pulsar_jars.LTS, config: dict | None = None):
+    def __init__(self, root: Path, version: str = pulsar_jars.LTS, config: dict | None = None, interceptor: bool = False):
         self.root, self.version = Path(root), version
         self.config = {**BASE_CONFIG, **(config or {})}
         self.lib = pulsar_jars.fetch(version)
+        self.interceptor_nar: Path | None = None
+        if interceptor:
+            self.interceptor_nar = pulsar_interceptor.build(version)
+            self.config = {
+                **self.config,
+                "brokerInterceptorsDirectory": self.root / "interceptors",
+                "brokerInterceptors": pulsar_interceptor.NAME,
+                # NARs unpack here (default /tmp/pulsar-nar, shared by every broker on the machine).
+                "narExtractionDirectory": self.root / "nar",
+                **(config or {}),
+            }
         self.broker_port, self.web_port, self.bookie_port = free_port(), free_port(), free_port()
         self.process: subprocess.Popen | None = None
         self.starts = 0
@@ -134,6 +153,11 @@ class PulsarBroker:
         if self.running:
             raise BrokerError(f"broker {self.version} is already running (pid {self.process.pid})")
         self.root.mkdir(parents=True, exist_ok=True)
+        if self.interceptor_nar is not None:
+            folder = self.root / "interceptors"
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            shutil.copyfile(self.interceptor_nar, folder / self.interceptor_nar.name)
         conf = self._write_config()
         java = os.path.join(os.environ["JAVA_HOME"], "bin", "java") if os.environ.get("JAVA_HOME") else "java"
         command = [
@@ -256,12 +280,12 @@ class BrokerPool:
         self.brokers: dict[tuple, PulsarBroker] = {}  # least recently used first
         self.made = 0
 
-    def get(self, version: str = pulsar_jars.LTS, config: dict | None = None) -> PulsarBroker:
-        key = (version, tuple(sorted((k, str(v)) for k, v in (config or {}).items())))
+    def get(self, version: str = pulsar_jars.LTS, config: dict | None = None, interceptor: bool = False) -> PulsarBroker:
+        key = (version, tuple(sorted((k, str(v)) for k, v in (config or {}).items())), interceptor)
         broker = self.brokers.pop(key, None)
         if broker is None:
             self.made += 1
-            broker = PulsarBroker(self.root / f"broker-{self.made}-{version}", version, config)
+            broker = PulsarBroker(self.root / f"broker-{self.made}-{version}", version, config, interceptor)
         others = [b for b in self.brokers.values() if b.running]  # least recently used first
         while others and len(others) >= self.max_running:
             others.pop(0).stop()

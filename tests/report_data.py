@@ -147,37 +147,12 @@ def seeded_day(spark):
     cursors += [cursor("healthy", T0 + timedelta(hours=h), 40, growth=0.0) for h in range(0, 24, 6)]
     put(spark, "cursor_ranges", cursors)
     # "stuck" moved to another broker at 10:00 and 21 acknowledgements came back, as predicted.
-    put(
-        spark,
-        "reload_events",
-        [
-            dict(
-                day=DAY,
-                cluster="c1",
-                namespace="shop/orders",
-                topic="persistent://shop/orders/orders-partition-0",
-                subscription="stuck",
-                before_at=T0 + timedelta(hours=10),
-                after_at=T0 + timedelta(hours=10, minutes=5),
-                broker_before="broker-1:8080",
-                broker_after="broker-2:8080",
-                signals=["counters-reset", "broker-changed"],
-                ranges_before=12_008,
-                cap=10_000,
-                persist_mode="ranges",
-                predicted_unload_exposure=21,
-                predicted_crash_exposure=21,
-                backlog_before=100,
-                backlog_after=121,
-                backlog_jump=21,
-                acks_lost=21,
-                msg_out_after=121,
-                observed_lost=21,
-                explained_by="unload-or-crash",
-                lost_acknowledgements=True,
-            )
-        ],
-    )
+    reload = dict(day=DAY, cluster="c1", namespace="shop/orders", topic="persistent://shop/orders/orders-partition-0", subscription="stuck",
+                  before_at=T0 + timedelta(hours=10), after_at=T0 + timedelta(hours=10, minutes=5), broker_before="broker-1:8080",
+                  broker_after="broker-2:8080", signals=["counters-reset", "broker-changed"], ranges_before=12_008, cap=10_000,
+                  persist_mode="ranges", predicted_unload_exposure=21, predicted_crash_exposure=21, backlog_before=100, backlog_after=121,
+                  backlog_jump=21, acks_lost=21, msg_out_after=121, observed_lost=21, explained_by="unload-or-crash", lost_acknowledgements=True)  # fmt: skip
+    put(spark, "reload_events", [reload])
 
     alert_base = dict(
         day=DAY,

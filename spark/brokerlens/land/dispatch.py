@@ -37,6 +37,9 @@ FIELDS = (
     Field("bytes", "bigint", required=True, counter=True),
     Field("entries", "bigint", counter=True),
     Field("redelivered_msgs", "bigint", counter=True),
+    # brokerlens' interceptor adds these (docs/interceptor.md): "exporter", and its record number.
+    Field("source"),
+    Field("seq", "bigint", counter=True),
 )
 
 

@@ -170,6 +170,9 @@ class CollectSettings(BaseModel):
     internal_stats: bool = True
     # Also scrape each broker's /metrics into landing (metrics/<broker>@collect-<time>.prom).
     metrics: bool = False
+    # Fetch each broker's interceptor records (GET /admin/v2/brokerlens/dispatch, docs/interceptor.md)
+    # into dispatch/exporter-<broker>-<time>.jsonl; a broker without the interceptor is skipped.
+    exporter: bool = True
 
 
 class LandSettings(BaseModel):

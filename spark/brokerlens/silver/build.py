@@ -1,7 +1,7 @@
 """Silver tables of a day, from the bronze tables (the first step of `brokerlens build`).
 
-* ``dispatch_intervals``: dispatch records at period grain; for scopes that only have counter
-  snapshots, the differences of successive ``msgOutCounter``/``bytesOutCounter`` (topic stats) or
+* ``dispatch_intervals``: dispatch records at period grain (``source`` ``exporter`` from brokerlens'
+  interceptor); for scopes that only have counter snapshots, the differences of successive ``msgOutCounter``/``bytesOutCounter`` (topic stats) or
   ``pulsar_out_messages_total``/``pulsar_out_bytes_total`` (broker /metrics) at scrape grain
   (a counter that went backwards was reset by a topic reload: the delta is the new value).
 * ``cursor_snapshots``: each internal-stats cursor with the topic-stats subscription of the same

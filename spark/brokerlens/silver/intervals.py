@@ -38,7 +38,9 @@ def period_intervals(dispatch: DataFrame) -> DataFrame:
         "bytes",
         "entries",
         "redelivered_msgs",
-        F.lit("dispatch").alias("source"),
+        # brokerlens' interceptor says so (docs/interceptor.md); records of any other exporter
+        # (demo-data's, a user's own) are "dispatch".
+        F.when(F.col("source") == "exporter", F.lit("exporter")).otherwise(F.lit("dispatch")).alias("source"),
         F.lit(False).alias("counter_reset"),
     )
 
@@ -157,8 +159,14 @@ def counter_intervals(snapshots: DataFrame, source: str) -> DataFrame:
 
 
 def dispatch_intervals(dispatch: DataFrame, topic_stats: DataFrame, metrics: DataFrame) -> DataFrame:
-    """Per scope, the finest source there is: dispatch records, else topic-stats counters, else
-    the broker's /metrics counters."""
+    """Per scope, the finest source there is: dispatch records (``source`` ``exporter`` from
+    brokerlens' interceptor), else topic-stats counters, else the broker's /metrics counters.
+
+    A scope with dispatch records on the day takes no counter interval that day, at any time: at
+    the same scope and time the period-grain record always wins, and counter intervals outside
+    the records' span (an interceptor deployed mid-day) are left out too rather than risk counting
+    an interval that straddles the first record twice. Records the interceptor dropped at its
+    bound are a gap collect reports (``exporter_missed_records``)."""
     out = period_intervals(dispatch)
     for snapshots, source in (
         (counter_snapshots(topic_stats), "topic-stats-counters"),

@@ -45,6 +45,19 @@ class AdminClient:
     def get(self, path: str, params: dict | None = None, missing_ok: bool = False, text: bool = False):
         """JSON of ``GET path`` (its text with ``text``; ``path`` may be a whole URL); None for
         204/empty/null, and for 404/405 when ``missing_ok``."""
+        response = self.response(path, params, missing_ok)
+        if response is None or response.status_code == 204 or not response.content.strip():
+            return None
+        if text:
+            return response.text
+        try:
+            return response.json()
+        except ValueError as exc:
+            raise CollectError(f"GET {path}: response is not JSON ({exc})") from None
+
+    def response(self, path: str, params: dict | None = None, missing_ok: bool = False) -> requests.Response | None:
+        """The successful response of ``GET path`` (headers and body), after the retries; None for
+        404/405 when ``missing_ok``."""
         attempt = 0
         while True:
             self.requests += 1
@@ -62,14 +75,7 @@ class AdminClient:
                 if status not in RETRY_STATUS:
                     if status >= 400:
                         raise CollectError(f"GET {path}: HTTP {status} {_reason(response)}")
-                    if status == 204 or not response.content.strip():
-                        return None
-                    if text:
-                        return response.text
-                    try:
-                        return response.json()
-                    except ValueError as exc:
-                        raise CollectError(f"GET {path}: response is not JSON ({exc})") from None
+                    return response
                 problem = f"HTTP {status} {_reason(response)}"
             if attempt >= self.conf.retries:
                 raise CollectError(f"GET {path}: {problem} after {attempt + 1} attempts")

@@ -12,6 +12,9 @@ One run lists tenants, namespaces and topics and writes, in the envelope of sche
   ``effective_at`` marks a change, and ``"policy": null`` a removal;
 * with ``collect.metrics``, ``metrics/<broker>@collect-<HHMMSS-mmm>.prom``: each broker's ``/metrics``
   as it serves it, after a ``# brokerlens:`` header naming the collection time, cluster and broker.
+* with ``collect.exporter`` (default), ``dispatch/exporter-<broker>-<HHMMSS-mmm>.jsonl`` under the day of
+  each record's ``period_start``: the per-period records of brokerlens' broker interceptor, those
+  after the last ``seq`` landed (sources/exporter.py); a broker without it is said once and skipped.
 
 Requests carry ``Authorization: Bearer <admin_token>``; the token is never logged or written.
 Transient failures (connection errors, timeouts, HTTP 429/5xx) are retried with doubling back-off;
@@ -33,6 +36,7 @@ from brokerlens.platform.settings import Settings
 from brokerlens.platform.stage import StageResult
 
 from .admin_api import AdminClient, CollectError
+from .exporter import ExporterResult, collect_exporter
 from .landing import write_atomic
 from .prometheus import PROMETHEUS_STEP_SECONDS, collect_prometheus, file_broker
 
@@ -201,6 +205,10 @@ def collect(
             path = root / "metrics" / f"{file_broker(broker)}@collect-{stamp}.prom"
             write_atomic(path, f"# brokerlens: {header}\n{text}")
 
+    exported = ExporterResult()
+    if conf.exporter and brokers:
+        exported = collect_exporter(client, brokers, settings.landing, settings.landing / STATE_FILE, f"{clock.date().isoformat()}/{stamp}", conf.concurrency)
+
     observed = [(kind, scope, policy) for kind, scope, policy in policies]
     if config is not None:
         observed += [("broker-config", broker, config) for broker in brokers]
@@ -223,8 +231,24 @@ def collect(
             "errors": len(errors),
         }
     )
+    if conf.exporter:
+        result.metrics.update(
+            {
+                "exporter_records": exported.records,
+                "exporter_brokers": exported.brokers,
+                "exporter_brokers_without": len(exported.without),
+                "exporter_missed_records": exported.missed,
+                "exporter_dropped_records_total": exported.dropped_total,
+                "exporter_dispatch_errors": exported.dispatch_errors,
+                "exporter_restarts": len(exported.restarts),
+                "exporter_errors": len(exported.errors),
+            }
+        )
     result.lines.append(f"landing: {root} (collected_at {collected_at}, cluster {cluster})")
-    result.lines += [f"skipped: {e}" for e in errors]
+    if exported.records:
+        result.lines.append(f"exporter: {exported.records} dispatch records from {exported.brokers} broker(s)")
+    result.lines += exported.lines
+    result.lines += [f"skipped: {e}" for e in errors + exported.errors]
     if errors and not topic_envelopes:
         raise CollectError("no topic could be collected:\n" + "\n".join(errors))
     return result
