@@ -14,6 +14,10 @@ Experiments, one topic each, subscription ``s``:
   batches, then a consumer attaches (receiver queue 1000) for 6 s.
 * ``idle-small`` / ``idle-large``: the same limit, a backlog of 300 unbatched messages, a consumer
   with a receiver queue of 10 (small reads) or 1000 (one read of the permits left) for 4 s.
+* ``broker-limit``: no topic or subscription limit, the broker's own limit
+  (``dispatchThrottlingRateInMsg``, a dynamic setting) 50 msg/s while a consumer reads a backlog of
+  300 unbatched messages for 4 s, then off again. The exporter's broker-level records are the only
+  per-period figures of that scope (counters have none).
 """
 
 from __future__ import annotations
@@ -84,6 +88,15 @@ def experiments(broker) -> dict:
         seen["idle-small"] = (t, consume(client, t, SUB, 4, queue=10))
         t = limited("idle-large", 300)
         seen["idle-large"] = (t, consume(client, t, SUB, 4))
+        t = topic("broker-limit")
+        subscribe_first(client, t, SUB)
+        produce(client, t, 300)
+        broker.set_dynamic("dispatchThrottlingRateInMsg", Q)
+        time.sleep(2)  # the broker configuration collected before the consumer comes
+        try:
+            seen["broker-limit"] = (t, consume(client, t, SUB, 4))
+        finally:
+            broker.set_dynamic("dispatchThrottlingRateInMsg", 0)
     finally:
         client.close()
     return {"seen": seen, "sent": sent}
@@ -213,3 +226,28 @@ def test_token_bucket_after_idle_at_period_grain(day):
 def test_nothing_dropped_at_the_bound(day):
     """collect fetched every record the interceptor made: none dropped, none missed."""
     assert day["dropped"] == "0"
+
+
+def test_broker_level_limit_at_period_grain(day):
+    """The broker's own limit, judged at broker level from the exporter's broker records: the
+    broker counted throttle events by its broker limit (PIP-406), the broker scope's periods while
+    the consumer read carry the limit from the landed broker configuration, at least the consumer's
+    messages were dispatched in them, brokerlens found the allowance used up where the broker
+    throttled and its events equal the broker's count, and no more than one quota is over (the
+    bound of the epoch-aligned periods, as after idle)."""
+    seen = day["seen"]["broker-limit"][1]
+    events = day["stats"]["broker-limit"]["dispatchThrottledMsgEventsByBrokerLimit"]
+    assert events > 0
+    scope = sorted((r for r in day["periods"] if r["level"] == "broker" and r["broker"] == day["broker"]), key=lambda r: r["t"])
+    assert {(r["grain"], r["source"]) for r in scope} == {("period", "exporter")}
+    first, last = int(seen.first), int(seen.times[-1][0])
+    assert sum(r["msgs"] for r in scope if first <= r["t"] <= last) >= seen.count
+    # The limit holds from the collect that saw it; its removal counts from the rate period of the
+    # collect before it (the looser limit where the change is uncertain), so the consumer's last
+    # second may already be unlimited.
+    window = [r for r in scope if first <= r["t"] < last]
+    assert window and {r["msg_limit"] for r in window} == {Q}
+    assert max(seen.within(r, 0.9) for r, _ in seen.times) <= 2 * Q
+    [daily] = [r for r in day["daily"] if r["level"] == "broker" and r["broker"] == day["broker"]]
+    assert daily["pulsar_throttled_msg_events"] == events
+    assert daily["periods_exhausted"] > 0 and daily["excess_msgs"] <= Q
