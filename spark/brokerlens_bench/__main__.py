@@ -10,15 +10,38 @@ from pathlib import Path
 import brokerlens_bench
 
 from .generate import DEFAULT_SIZES
+from .interceptor import ROUNDS, SECONDS, WARMUP_SECONDS
 from .large import LARGE_MINUTES, LARGE_PARTITIONS
 from .markdown import markdown, write_page
 from .run import failed_sections, run
+
+# --only: what each section's option is set to when the section is not selected.
+SECTIONS = ("sizes", "days", "landing", "demo_day", "large_day", "dag", "interceptor")
+SKIPPED = {
+    "sizes": {"sizes": "", "variant_sizes": ""},
+    "days": {"days_partitions": 0},
+    "landing": {"land_scales": ""},
+    "demo_day": {"demo_day_scale": 0},
+    "large_day": {"large_partitions": 0},
+    "dag": {"dag": False},
+    "interceptor": {"interceptor_rounds": 0},
+}
+EPILOG = """examples:
+  python -m brokerlens_bench                                   every section (make bench)
+  python -m brokerlens_bench --only interceptor                the interceptor's overhead alone (under 10 minutes)
+  python -m brokerlens_bench --only interceptor --interceptor-rounds 1 --interceptor-seconds 3 --interceptor-warmup 2
+                                                               the same as a smoke (2 brokers, about 2 minutes)"""
 
 
 def main(argv: list[str] | None = None) -> int:
     from brokerlens.platform import logs
 
-    parser = argparse.ArgumentParser(prog="python -m brokerlens_bench", description=brokerlens_bench.__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m brokerlens_bench",
+        description=brokerlens_bench.__doc__.split("\n\n")[0],
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--out", type=Path, default=None, help="results file (default $BROKERLENS_HOME/bench/results.json)")
     parser.add_argument(
         "--sizes", default=",".join(map(str, DEFAULT_SIZES)), help="topic partitions per size, comma-separated (scopes = 4 x partitions + brokers)"
@@ -43,9 +66,29 @@ def main(argv: list[str] | None = None) -> int:
         default=",".join(map(str, LARGE_MINUTES)),
         help="windows of the large day from 00:00, minutes, comma-separated; each is landed and built",
     )
+    parser.add_argument(
+        "--interceptor-rounds",
+        type=int,
+        default=ROUNDS,
+        help="rounds of the interceptor section, each a Pulsar 4.0.7 standalone without then one with brokerlens' interceptor (0: skip)",
+    )
+    parser.add_argument("--interceptor-seconds", type=float, default=SECONDS, help="measured seconds of traffic per broker in the interceptor section")
+    parser.add_argument("--interceptor-warmup", type=float, default=WARMUP_SECONDS, help="seconds of traffic before the measured window")
+    parser.add_argument(
+        "--only",
+        default=None,
+        help=f"run only these sections, comma-separated ({', '.join(SECTIONS)}); their options still apply, the others are skipped",
+    )
     parser.add_argument("--latest", type=Path, default=None, help="also copy the results here (e.g. infra/bench/latest.json)")
     parser.add_argument("--page", type=Path, default=None, help="rewrite the figures of this page from the results (docs/benchmarks.md)")
     args = parser.parse_args(argv)
+    if args.only is not None:
+        only = {s.strip() for s in args.only.split(",") if s.strip()}
+        if unknown := only - set(SECTIONS):
+            parser.error(f"--only: unknown sections {sorted(unknown)} (known: {', '.join(SECTIONS)})")
+        for section in set(SECTIONS) - only:
+            for name, value in SKIPPED[section].items():
+                setattr(args, name, value)
     logs.configure(0)
     from brokerlens.platform.settings import get_settings
 
@@ -60,6 +103,9 @@ def main(argv: list[str] | None = None) -> int:
         dag=args.dag,
         large_partitions=args.large_partitions or None,
         large_minutes=tuple(int(m) for m in args.large_minutes.split(",") if m),
+        interceptor_rounds=args.interceptor_rounds,
+        interceptor_seconds=args.interceptor_seconds,
+        interceptor_warmup=args.interceptor_warmup,
         command=" ".join(["python -m brokerlens_bench", *(argv if argv is not None else sys.argv[1:])]),
     )
     if args.latest:

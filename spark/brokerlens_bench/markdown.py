@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .interceptor import markdown_lines as interceptor_lines
 from .run import failed_sections
 
 
@@ -66,10 +67,13 @@ def markdown(results: dict) -> str:
     large = results.get("large_day")
     if isinstance(large, dict) and "windows" in large:
         lines += ["", *large_day_markdown(large)]
+    section = results.get("interceptor")
+    if isinstance(section, dict) and "runs" in section:
+        lines += ["", *interceptor_lines(section)]
     for name, error in failed_sections(results).items():
         lines.append(f"The {name} section failed: {error}.")
     if results.get("targets"):
-        lines += ["", "| issue 16 target | measured |", "|---|---:|"]
+        lines += ["", "| target | measured |", "|---|---:|"]
         lines += [f"| {name} | {value} |" for name, value in results["targets"].items()]
     return "\n".join(lines)
 

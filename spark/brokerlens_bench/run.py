@@ -18,6 +18,7 @@ from brokerlens.platform.times import iso
 from .dag import bench_dag
 from .generate import DEFAULT_SIZES, PERIODS_PER_DAY
 from .harness import Bench, bench_days, bench_demo_day, bench_landing, bench_sizes
+from .interceptor import SECONDS, WARMUP_SECONDS, bench_interceptor
 from .large import LARGE_MINUTES, bench_large_day
 
 log = logging.getLogger("brokerlens.bench")
@@ -69,9 +70,13 @@ def run(
     dag: bool = False,
     large_partitions: int | None = None,
     large_minutes: tuple[int, ...] = LARGE_MINUTES,
+    interceptor_rounds: int = 0,
+    interceptor_seconds: float = SECONDS,
+    interceptor_warmup: float = WARMUP_SECONDS,
     spark=None,
 ) -> dict:
-    """The whole benchmark; writes the results to ``out`` (JSON) and returns them."""
+    """The whole benchmark; writes the results to ``out`` (JSON) and returns them. The interceptor
+    section runs when ``interceptor_rounds`` > 0 (the command line's default: 3)."""
     from brokerlens.platform.spark import get_spark
 
     spark = spark or get_spark()
@@ -102,6 +107,9 @@ def run(
                 "difference of the two largest windows) grow linearly with minutes x partitions and shrink "
                 "linearly with cores; the rest (warm-up, planning, Delta commits) stays fixed. It leaves out "
                 "the shuffle, skew and memory effects of many more rows per task",
+                "interceptor": "a live Pulsar standalone without and with brokerlens' interceptor, alternated round by round "
+                "(brokerlens_bench.interceptor); dispatched_per_second from the subscription's msgOutCounter over the "
+                "measured window; overhead_percent = 100 x (1 - with / without) of the medians",
             },
             "complete": False,
             "sizes": [],
@@ -133,6 +141,9 @@ def run(
             results["dag"] = _guarded("dag", lambda: bench_dag(work, day))
             save()
             results["dag_spark_submit"] = _guarded("dag_spark_submit", lambda: bench_dag(work, day, stage_server=False))
+            save()
+        if interceptor_rounds:
+            results["interceptor"] = _guarded("interceptor", lambda: bench_interceptor(work, interceptor_rounds, interceptor_seconds, interceptor_warmup))
         results["targets"] = targets(results)
     finally:
         bench.close()
@@ -148,14 +159,15 @@ def failed_sections(results: dict) -> dict[str, str]:
     """The guarded sections that raised, with their error (the run is then incomplete as a benchmark)."""
     return {
         name: section["error"]
-        for name in ("days", "landing", "demo_day", "large_day", "dag", "dag_spark_submit")
+        for name in ("days", "landing", "demo_day", "large_day", "dag", "dag_spark_submit", "interceptor")
         if isinstance(section := results.get(name), dict) and "error" in section
     }
 
 
 def targets(results: dict) -> dict:
     """The figures the targets are stated against, side by side: land / its floor per demo scale, dispatch_periods / the
-    plain pass and / DuckDB at the largest size, the DAG's wall time."""
+    plain pass and / DuckDB at the largest size, the DAG's wall time, the large day's projection, the interceptor's
+    throughput overhead."""
     out: dict = {}
     for entry in results.get("landing") if isinstance(results.get("landing"), list) else []:
         out[f"land/floor at demo scale {entry['scale']:g} ({entry['landing_files_mb']} MB)"] = entry["land/floor"]
@@ -173,4 +185,7 @@ def targets(results: dict) -> dict:
             out[f"large day: projected hours for {d['partitions']:,} partitions on {d['cores']} cores"] = d["hours"]
         minutes = ", ".join(str(w["minutes"]) for w in large["windows"])
         out[f"large day: peak JVM RSS MB per window ({minutes} min)"] = ", ".join(f"{m['jvm_rss_mb']:.0f}" for m in large["memory_by_rows"])
+    section = results.get("interceptor")
+    if isinstance(section, dict) and "runs" in section:
+        out[f"interceptor: dispatch throughput lost, % (at most {section['target_percent']:g})"] = section["overhead_percent"]
     return out
