@@ -8,6 +8,7 @@ from datetime import date
 from pyspark.sql import functions as F
 
 from brokerlens.platform.settings import Settings
+from brokerlens.platform.times import first
 
 from .blocks import Number, Section, Table, day_rows, fmt, limited, short_topic
 
@@ -31,7 +32,7 @@ def reload_section(day: date, settings: Settings, headline: list[Number]) -> Sec
     section.numbers = [
         Number("reloads", fmt(total)),
         Number("reloads that lost acknowledgements", fmt(lost_count), "bad" if lost_count else "good"),
-        Number("acknowledgements lost", fmt(lost.agg(F.sum("observed_lost")).first()[0] or 0), "bad" if lost_count else ""),
+        Number("acknowledgements lost", fmt(first(lost.agg(F.sum("observed_lost").alias("lost")))["lost"] or 0), "bad" if lost_count else ""),
     ]
     ordered = events.orderBy(F.desc("observed_lost"), "after_at", "topic", "subscription")
     rows, more = limited(ordered, settings.report.max_rows)
