@@ -205,7 +205,7 @@ def test_batched_over_delivery_and_debt_follow_the_limiter_model(day):
 
 def test_token_bucket_after_idle_at_period_grain(day):
     """What 4.0.7's default limiter (AsyncTokenBucket refilled once per period, full after idle)
-    lets through after idle, per exporter period: exactly one quota in the first period with a
+    lets through after idle, per exporter period: at most one quota in the first period with a
     dispatch, small reads (receiver queue 10) or one big read (1000) alike, so no first-second
     burst of 2q as a bucket refilled every 16 ms allows (apache/pulsar#24012); measured here:
     [0, 50, 50, 50, 50] on an idle machine (the 0 is the consumer's first second, before its first
@@ -216,7 +216,9 @@ def test_token_bucket_after_idle_at_period_grain(day):
     for name in ("idle-small", "idle-large"):
         msgs = [r["msgs"] for r in rows(day, name)]
         nonzero = [m for m in msgs if m]
-        assert nonzero[0] == Q, (name, msgs)
+        # No 2q in the first period; the first quota's reads can straddle two exporter seconds
+        # ([46, 4, 50, 50, 50] on a loaded machine).
+        assert nonzero[0] <= Q <= sum(nonzero[:2]), (name, msgs)
         for i in range(len(msgs)):
             for j in range(i + 1, len(msgs) + 1):
                 assert sum(msgs[i:j]) <= (j - i + 1) * Q, (name, msgs)
