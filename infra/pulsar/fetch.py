@@ -40,34 +40,36 @@ def lib_dir(version: str) -> Path:
     return cache_root() / version / "lib"
 
 
+def maven(pom: Path, version: str, *arguments: str, purpose: str, error: type[Exception]) -> tuple[int, str]:
+    """Run Maven on ``pom`` for Pulsar ``version`` with the settings that send every repository to
+    Maven Central: (exit status, the output's last lines). No ``mvn`` raises ``error``."""
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        raise error(f"mvn not found: {purpose} with Maven (Debian/Ubuntu: apt-get install -y maven)")
+    command = [mvn, "-B", "-q", "-s", str(HERE / "settings.xml"), "-f", str(pom), f"-Dpulsar.version={version}", *arguments]
+    done = subprocess.run(command, capture_output=True, text=True)
+    return done.returncode, "\n".join((done.stdout + done.stderr).strip().splitlines()[-20:])
+
+
 def fetch(version: str) -> Path:
     """The folder of ``pulsar-broker``'s JARs for ``version``, fetched with Maven on first use."""
     lib = lib_dir(version)
     if lib.is_dir():
         return lib
-    mvn = shutil.which("mvn")
-    if mvn is None:
-        raise FetchError("mvn not found: the live Pulsar broker's JARs are fetched with Maven (Debian/Ubuntu: apt-get install -y maven)")
     partial = lib.with_name("lib.partial")
     shutil.rmtree(partial, ignore_errors=True)
     partial.parent.mkdir(parents=True, exist_ok=True)
-    command = [
-        mvn,
-        "-B",
-        "-q",
-        "-s",
-        str(HERE / "settings.xml"),
-        "-f",
-        str(HERE / "pom.xml"),
-        f"-Dpulsar.version={version}",
+    status, tail = maven(
+        HERE / "pom.xml",
+        version,
         "-DincludeScope=runtime",
         f"-DoutputDirectory={partial}",
         "dependency:copy-dependencies",
-    ]
-    done = subprocess.run(command, capture_output=True, text=True)
-    if done.returncode != 0 or not any(partial.glob("pulsar-broker-*.jar")):
-        tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
-        raise FetchError(f"mvn could not fetch pulsar-broker {version} (exit {done.returncode}):\n{tail}")
+        purpose="the live Pulsar broker's JARs are fetched",
+        error=FetchError,
+    )
+    if status != 0 or not any(partial.glob("pulsar-broker-*.jar")):
+        raise FetchError(f"mvn could not fetch pulsar-broker {version} (exit {status}):\n{tail}")
     os.replace(partial, lib)
     return lib
 

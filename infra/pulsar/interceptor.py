@@ -14,7 +14,6 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -61,28 +60,19 @@ def build(version: str = fetch.LTS) -> Path:
     nar = nar_path(version)
     if nar.is_file():
         return nar
-    mvn = shutil.which("mvn")
-    if mvn is None:
-        raise BuildError("mvn not found: the broker interceptor NAR is built with Maven (Debian/Ubuntu: apt-get install -y maven)")
     nar.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="build-", dir=nar.parent) as scratch:
-        command = [
-            mvn,
-            "-B",
-            "-q",
-            "-s",
-            str(HERE / "settings.xml"),
-            "-f",
-            str(MODULE / "pom.xml"),
-            f"-Dpulsar.version={version}",
+        status, tail = fetch.maven(
+            MODULE / "pom.xml",
+            version,
             f"-Dbrokerlens.build.dir={scratch}",
             "package",
-        ]
-        done = subprocess.run(command, capture_output=True, text=True)
+            purpose="the broker interceptor NAR is built",
+            error=BuildError,
+        )
         built = sorted(Path(scratch).glob("*.nar"))
-        if done.returncode != 0 or not built:
-            tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-20:])
-            raise BuildError(f"mvn could not build the broker interceptor for pulsar {version} (exit {done.returncode}):\n{tail}")
+        if status != 0 or not built:
+            raise BuildError(f"mvn could not build the broker interceptor for pulsar {version} (exit {status}):\n{tail}")
         partial = nar.with_name(nar.name + ".partial")
         shutil.copyfile(built[0], partial)
         os.replace(partial, nar)
