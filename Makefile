@@ -33,8 +33,8 @@ test-all: bootstrap lint ## every test, the heavy ones included
 	infra/install-test-tools.sh
 	$(VENV)/pytest $(PYTEST_ARGS)
 
-## make test-fast: the inner loop, the tests not marked slow (Airflow, whole CLI runs), pulsar (the
-## live broker) or heavy
+## make test-fast: the inner loop (about 3 minutes), the tests not marked slow (more than a few
+## seconds each: Airflow, whole CLI runs, whole stages), pulsar (the live broker) or heavy
 test-fast: bootstrap ## the tests without Airflow, whole CLI runs, the live broker or the heavy ones
 	$(VENV)/pytest -m "not slow and not pulsar and not heavy" $(PYTEST_ARGS)
 

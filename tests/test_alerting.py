@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import email
 import json
 
@@ -23,6 +25,7 @@ from brokerlens.platform.tables import read_table
 from holes_data import at, snap, write_snapshots
 
 
+@pytest.mark.slow
 def test_alert_mails_new_then_changes_and_never_twice(spark, smtp_server, monkeypatch, settings):
     controller, inbox = smtp_server
     configure(monkeypatch, controller.port)
@@ -92,6 +95,7 @@ def test_alert_mails_new_then_changes_and_never_twice(spark, smtp_server, monkey
     assert read_table("alert_notifications").count() == 6
 
 
+@pytest.mark.slow
 def test_dry_run_and_smtp_down_fail_clearly_and_record_nothing(spark, monkeypatch, settings):
     port = free_port()  # nothing listens there
     monkeypatch.setenv("AIRFLOW_CONN_SMTP_DEFAULT", f"smtp://alerts:pa%24%24word@127.0.0.1:{port}?disable_ssl=true")

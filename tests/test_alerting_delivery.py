@@ -36,6 +36,7 @@ def notifications(day: date) -> list:
     return read_table("alert_notifications").filter(f"day = '{day}'").collect()
 
 
+@pytest.mark.slow
 def test_dropped_connection_records_what_was_accepted_and_a_rerun_sends_the_rest(spark, smtp_server, monkeypatch, settings):
     controller, inbox = smtp_server
     configure(monkeypatch, controller.port)
@@ -67,6 +68,7 @@ def test_dropped_connection_records_what_was_accepted_and_a_rerun_sends_the_rest
     ]
 
 
+@pytest.mark.slow
 def test_refused_recipient_is_not_recorded_and_a_rerun_mails_only_it(spark, smtp_server, monkeypatch, settings):
     controller, inbox = smtp_server
     configure(monkeypatch, controller.port)
@@ -142,6 +144,7 @@ def test_a_crash_between_sending_and_recording_never_mails_twice(spark, smtp_ser
     assert all(r["notified"] for r in read_table("hole_alerts").collect())
 
 
+@pytest.mark.slow
 def test_ongoing_alerts_are_reminded_after_reminder_days(spark, smtp_server, monkeypatch, settings):
     controller, inbox = smtp_server
     monkeypatch.setenv("BROKERLENS_ALERTS__REMINDER_DAYS", "2")
@@ -189,6 +192,7 @@ def self_signed_cert(tmp_path):
     return cert, key
 
 
+@pytest.mark.slow
 def test_starttls_and_auth_against_a_real_server_never_show_the_password(spark, monkeypatch, settings, caplog, self_signed_cert, capfd):
     import ssl
 
@@ -272,6 +276,7 @@ def test_starttls_and_auth_against_a_real_server_never_show_the_password(spark, 
         assert not [f for f in forms if f in seen], "password shown"
 
 
+@pytest.mark.slow
 def test_missing_snapshots_make_the_alert_stale_and_mail_no_data_once(spark, smtp_server, monkeypatch, settings):
     """Day 1: audit at 9,000 ranges (warning). Days 2 and 3: no snapshot of audit (search only):
     audit is stale, not resolved, on both days, with stale_since day 2; one "no data since" mail

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import json
 import os
 import subprocess
@@ -23,6 +25,7 @@ def seed_quarantine(spark):
     write_table(spark.createDataFrame(rows, table_schema("quarantine").struct), "quarantine", "append")
 
 
+@pytest.mark.slow
 def test_sql_json_prints_only_a_json_array(spark, brokerlens_command):
     seed_quarantine(spark)
     proc = subprocess.run(
@@ -38,6 +41,7 @@ def test_sql_json_prints_only_a_json_array(spark, brokerlens_command):
     ]
 
 
+@pytest.mark.slow
 def test_a_typo_in_a_column_says_so_in_one_line_and_exits_2(spark, brokerlens_command, brokerlens_home):
     seed_quarantine(spark)
     proc = subprocess.run(brokerlens_command("sql", "SELECT nope FROM quarantine"), capture_output=True, text=True, timeout=300)
@@ -67,6 +71,7 @@ def test_a_bad_path_is_one_line_with_the_trace_in_the_log(brokerlens_command, br
     assert "Traceback" in (brokerlens_home / "logs" / "brokerlens.log").read_text()
 
 
+@pytest.mark.slow
 def test_sql_csv_and_table(spark):
     seed_quarantine(spark)
     runner = CliRunner()
@@ -77,6 +82,7 @@ def test_sql_csv_and_table(spark):
     assert out.exit_code == 0 and "3 rows" not in out.stdout and "1 row" in out.stdout
 
 
+@pytest.mark.slow
 def test_sql_unknown_table_and_bad_sql_fail_clearly(spark):
     runner = CliRunner()
     out = runner.invoke(cli.app, ["sql", "SELECT * FROM no_such_table"])

@@ -131,6 +131,7 @@ def test_collect_writes_envelopes_verbatim(admin, collect_settings, caplog):
             assert TOKEN not in path.read_text()
 
 
+@pytest.mark.slow
 def test_policies_only_when_changed(admin, collect_settings):
     collect(None, collect_settings, admin_url=admin)
     [first] = landed(collect_settings, "policies")

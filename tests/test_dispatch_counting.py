@@ -3,6 +3,8 @@ or a broker's config."""
 
 from __future__ import annotations
 
+import pytest
+
 import json
 
 from pyspark.sql import functions as F
@@ -33,6 +35,7 @@ def cursor_rows(spark, points):
     return frame(spark, "cursor_snapshots", rows)
 
 
+@pytest.mark.slow
 def test_non_backlog_consumers_are_not_charged_when_the_rule_is_off(spark):
     """q 10/s, 30 delivered at second 1 to each subscription. dispatchThrottlingOnNonBacklogConsumerEnabled
     false: s1 is caught up (1 consumer, backlog 0 < 1000 at second 0): not charged, over 0, debt 0,
@@ -97,6 +100,7 @@ def test_cursor_turning_backlogged_starts_charging(spark):
     assert [r["debt_out_msgs"] for r in rows] == [0, 20, 40, 30]
 
 
+@pytest.mark.slow
 def test_filtered_entries_rule_flags_a_lower_bound(spark):
     """dispatchThrottlingForFilteredEntriesEnabled true: Pulsar also charges filtered entries,
     which the landing has no per-period count of: the 30 delivered are counted (over 30 - 10 =
@@ -141,6 +145,7 @@ def test_counting_rules_from_broker_config_over_settings(spark):
     assert pick("b3") == (False, True, 1000)
 
 
+@pytest.mark.slow
 def test_batched_burst_in_counters_is_put_down_to_batching(spark):
     """Only topic-stats counters: 250 messages in 5-message batches in one second over 50/s (150
     over after the snapshot interval's slack of one period). The consumers' avgMessagesPerEntry

@@ -3,6 +3,8 @@ version or config, Pulsar's own throttle counters, and starved empty periods."""
 
 from __future__ import annotations
 
+import pytest
+
 from brokerlens.gold.dispatch.daily import dispatch_daily
 from brokerlens.gold.dispatch.debt import closing_debt
 from brokerlens.gold.dispatch.models import limiter_models
@@ -108,6 +110,7 @@ def test_disabled_limit_discards_the_debt_in_both_models(spark):
     assert (tb[2]["debt_in_msgs"], tb[2]["allowed_msgs"]) == (0, 20)
 
 
+@pytest.mark.slow
 def test_token_bucket_state_carries_over_midnight(spark):
     """30 in the last second of day 1 (full bucket): x = 20 at midnight = tokens -10. Day 2's
     first second: debt 10, allowed max(0, 10 + 10 - 20) = 0; classic: debt 20, allowed 0."""
@@ -147,6 +150,7 @@ def factory_row(broker, factory, seconds=0):
     }  # fmt: skip
 
 
+@pytest.mark.slow
 def test_brokers_of_both_versions_get_their_own_model(spark):
     """Brokers report their version (pulsar_version_info): 3.1 classic; 3.2 to 3.3.4 and 4.0.0 to
     4.0.3 the token bucket refilled every 16 ms; 3.3.5, 4.0.4 and later the bucket refilled once
@@ -219,6 +223,7 @@ def stats_row(minute, sub, by_sub=None, by_topic=None, by_broker=None, topic=Non
     }  # fmt: skip
 
 
+@pytest.mark.slow
 def test_pulsar_throttle_counters_next_to_the_model(spark):
     """PIP-406 counters per scope and day beside the periods the model found exhausted.
     s1: 5 -> 9 -> 2 (reload) -> 6 by the subscription limit: 4 + 2 + 4 = 10 events; s2 by the
@@ -259,6 +264,7 @@ def backlog_rows(spark, points):
     return backlog_intervals(frame(spark, "cursor_snapshots", rows))
 
 
+@pytest.mark.slow
 def test_starved_counts_empty_periods_with_backlog(spark):
     """30 at second 0 at 10/s, next record at second 10. Classic: x = 20, so seconds 1 and 2 have
     allowance 0 (debt 20, then 10): 2 empty starved periods with backlog (s1: backlog 100 from

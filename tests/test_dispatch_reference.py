@@ -222,6 +222,7 @@ def assert_day_matches_reference(all_series: list[Series], day: date):
     assert set(got) == want_keys
 
 
+@pytest.mark.slow
 def test_day_by_day_equals_one_run_and_rebuild_cascades(spark, settings):
     all_series = two_day_series()
     write_silver(spark, all_series)

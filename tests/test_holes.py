@@ -22,6 +22,7 @@ def rows_by_sub(table: str, day: date) -> dict[str, dict]:
     return {r["subscription"]: r.asDict() for r in read_table(table).filter(f"day = '{day}'").collect()}
 
 
+@pytest.mark.slow
 def test_ranges_seed_example_ledgers_empty_and_malformed(spark, settings):
     seed = "[(1:4..1:6], (1:7..1:8]]"
     multi = [(3, 4, 3, 6), (3, 9, 4, 2), (4, 5, 6, 1)]
@@ -112,6 +113,7 @@ def _entries(ranges, ledgers) -> int:
     return sum(index[(c, d)] - index[(a, b)] for a, b, c, d in ranges)
 
 
+@pytest.mark.slow
 def test_over_cap_exposure_exact_with_cap_from_default_policy_and_override(spark, settings):
     rng = random.Random(4)
     ledgers = {10: 5_000, 11: 30_000, 12: 40_000}
@@ -178,6 +180,7 @@ def test_over_cap_exposure_exact_with_cap_from_default_policy_and_override(spark
     assert f"{b['exposure_entries']:,} acknowledged entries" in alerts["big"]["reason"]
 
 
+@pytest.mark.slow
 def test_growth_forecast_severities_hints_and_states_across_days(spark, settings):
     d1, d2 = DAY, DAY + timedelta(days=1)
     hours = [18, 19, 20, 21, 22, 23]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import json
 import time
 from datetime import date
@@ -61,6 +63,7 @@ def check_every_job_is_in_the_callers_group(sc, ungrouped_before: set[int]) -> N
     assert len(grouped) > 6 and not ungrouped, (len(grouped), sorted(ungrouped))
 
 
+@pytest.mark.slow
 def test_land_fixture_day(spark, settings):
     """One landing of the fixture day (landing is the slow part), every assertion on it."""
     install_fixtures(settings, "2026-11-21")

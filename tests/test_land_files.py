@@ -3,6 +3,8 @@ says so per kind; compressed files land exactly like their plain twins."""
 
 from __future__ import annotations
 
+import pytest
+
 import bz2
 import gzip
 import json
@@ -61,6 +63,7 @@ def landed(parser, settings) -> tuple[list, list]:
         parsed.unpersist()
 
 
+@pytest.mark.slow
 def test_compressed_files_land_like_their_plain_twins(spark, settings):
     install_fixtures(settings, "2026-11-21")
     parsers = (topic_stats, dispatch, metrics)  # whole-file JSON, JSON lines, Prometheus text
@@ -115,6 +118,7 @@ def why_folder(settings) -> dict[str, str]:
     }
 
 
+@pytest.mark.slow
 def test_every_file_of_the_day_is_landed_or_quarantined_and_the_summary_says_so(spark, settings):
     expected = why_folder(settings)
     day = settings.landing / "2026-11-21"

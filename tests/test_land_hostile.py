@@ -4,6 +4,8 @@ driver memory of the settings."""
 
 from __future__ import annotations
 
+import pytest
+
 import gzip
 import os
 import random
@@ -93,6 +95,7 @@ def _ancestors(proc: Path) -> list[bytes]:
         proc = Path("/proc") / parent
 
 
+@pytest.mark.slow
 def test_hostile_files_land_or_are_quarantined_within_the_driver_memory(brokerlens_home, brokerlens_command):
     settings = Settings()
     expected = hostile_folder(settings.landing, brokerlens_home)

@@ -6,6 +6,8 @@ OpenLongPairRangeSet.toRanges, MLDataFormats.proto) and checked against a live b
 
 from __future__ import annotations
 
+import pytest
+
 from datetime import date, datetime
 
 from holes_data import at, range_string, snap, write_snapshots
@@ -68,6 +70,7 @@ def append(spark, table: str, rows: list[dict]) -> None:
     write_table(spark.createDataFrame([tuple(r[c] for c in schema.column_names) for r in rows], schema.struct), table, mode="append")
 
 
+@pytest.mark.slow
 def test_ranges_and_long_array_modes_exposure_size_and_metadata_store(spark, settings):
     twelve_k = range_string(one_entry_ranges(3, 12_000))
     two_ledgers = range_string(one_entry_ranges(5, 6_000) + one_entry_ranges(6, 6_000))

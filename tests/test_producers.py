@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import json
 from datetime import date, datetime, timedelta
 
@@ -228,6 +230,7 @@ def topic_stats_row(minute, partition, publishers):
     return row
 
 
+@pytest.mark.slow
 def test_build_producers_writes_the_tables(spark, settings):
     from brokerlens.platform.tables import read_table, write_table
 

@@ -7,6 +7,8 @@ the cap, every section, and a readable page in a real browser.
 
 from __future__ import annotations
 
+import pytest
+
 import base64
 import os
 import re
@@ -22,6 +24,7 @@ from report_data import (
 )
 
 
+@pytest.mark.slow
 def test_report_numbers_sections_and_charts(spark, settings, seeded_day, tmp_path):
     result = report_day(DAY, settings)
     path = report_path(DAY, settings)

@@ -3,6 +3,8 @@ than the page; charts with titles, axis units and legends), and the links the ma
 
 from __future__ import annotations
 
+import pytest
+
 import base64
 import json
 import re
@@ -96,6 +98,7 @@ def chart_parts(svg: str) -> dict[str, list[str]]:
     return parts
 
 
+@pytest.mark.slow
 def test_report_and_alert_mail_fit_desktop_and_phone(spark, settings, seeded_day, tmp_path):
     from brokerlens.deliver.alerting import render
     from brokerlens.deliver.report.links import report_url, subscription_anchor

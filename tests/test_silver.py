@@ -4,6 +4,8 @@ day before, a removal and mid-day changes), and a rebuild that changes nothing."
 
 from __future__ import annotations
 
+import pytest
+
 import json
 from datetime import date, datetime
 
@@ -37,6 +39,7 @@ def expected_counter_deltas(topic: str) -> list[tuple[datetime, int, bool]]:
     return out
 
 
+@pytest.mark.slow
 def test_silver_tables(spark, settings):
     install_fixtures(settings, "2026-11-20", "2026-11-21")
     land_day(date(2026, 11, 20), settings)
@@ -159,6 +162,7 @@ def scrape_text(topic: str, sub: str, msgs: int, ranges: int, ms: int) -> str:
     )
 
 
+@pytest.mark.slow
 def test_a_day_of_plain_scrapes_feeds_dispatch_and_ranges(spark, settings):
     folder = settings.landing / SCRAPE_DAY.isoformat() / "metrics"
     folder.mkdir(parents=True)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import os
 import pty
 import re
@@ -29,6 +31,7 @@ def test_statements_end_at_semicolons_outside_quotes_and_comments():
     assert list(split_statements(lines)) == ["SELECT 1", "SELECT ';' AS semi", "\\d quarantine", "SELECT\n  2", "SELECT 3"]
 
 
+@pytest.mark.slow
 def test_piped_queries_print_each_result_until_quit(spark):
     seed_quarantine(spark)
     script = "\n".join(

@@ -48,6 +48,7 @@ def location(name="quarantine"):
     return tables.table_location(name)
 
 
+@pytest.mark.slow
 def test_replace_partition_leaves_other_days_and_one_copy(spark, settings):
     replace_day(spark, D1, 3, "a")
     replace_day(spark, D2, 2, "b")
@@ -81,6 +82,7 @@ def test_nothing_to_write_is_said_so(spark, settings):
     assert table_version("quarantine") == version
 
 
+@pytest.mark.slow
 def test_time_travel_history_detail_and_optimize_by_name(spark, settings):
     replace_day(spark, D1, 3, "old")  # version 1 (0 is the empty table)
     time.sleep(1.1)
@@ -105,6 +107,7 @@ def test_time_travel_history_detail_and_optimize_by_name(spark, settings):
         read_table("quarantine", version=99).collect()
 
 
+@pytest.mark.slow
 def test_tables_are_registered_by_name_with_descriptions(spark, settings):
     replace_day(spark, D1, 1, "a")
     names = table_admin.register_tables(spark)
@@ -152,6 +155,7 @@ def test_lake_written_by_delta_rs_is_read_and_written(spark, settings):
     assert sorted(set(zip(arrow["day"].to_pylist(), arrow["reason"].to_pylist()))) == sorted(merged)
 
 
+@pytest.mark.slow
 def test_merge_updates_inserts_and_deletes_within_the_day(spark, settings):
     schema = tables.table_schema("debt_state")
 
@@ -182,6 +186,7 @@ def test_merge_updates_inserts_and_deletes_within_the_day(spark, settings):
     assert [r["operation"] for r in run_sql("DESCRIBE HISTORY debt_state")[1]][:4] == ["MERGE"] * 4
 
 
+@pytest.mark.slow
 def test_reader_sees_old_or_new_partition_never_a_mix(spark, settings):
     replace_day(spark, D1, 40, "old")
     path = location()
@@ -216,6 +221,7 @@ def test_failed_job_leaves_table_as_it_was(spark, settings):
     assert counts(read_table("quarantine")) == {(D1, "good"): 3}
 
 
+@pytest.mark.slow
 def test_conflicting_commit_is_retried_and_the_last_writer_wins(spark, settings, caplog):
     """A slow replace of D1 loses the race to a fast one, is retried on Delta's concurrency
     exception and commits last: D1 holds exactly its rows."""
@@ -245,6 +251,7 @@ def test_conflicting_commit_is_retried_and_the_last_writer_wins(spark, settings,
     assert counts(read_table("quarantine")) == {(D1, "slow"): 10}
 
 
+@pytest.mark.slow
 def test_concurrent_writes_of_different_days_both_land(spark, settings):
     replace_day(spark, D1, 1, "seed")
     errors = []
@@ -354,6 +361,7 @@ def test_killed_write_leaves_a_readable_table_and_a_rerun_is_identical(spark, se
     assert sorted(read_table("quarantine").select("line").toPandas()["line"]) == list(range(1, 201))
 
 
+@pytest.mark.slow
 def test_vacuum_uses_the_tables_retention(spark, settings):
     replace_day(spark, D1, 3, "a")
     replace_day(spark, D1, 2, "b")

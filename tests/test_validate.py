@@ -3,6 +3,8 @@ non-zero with a readable summary, and the history of both runs."""
 
 from __future__ import annotations
 
+import pytest
+
 import json
 from datetime import date
 
@@ -21,6 +23,7 @@ def suite(path, expectations):
     path.write_text(json.dumps({"name": "bronze_dispatch", "expectations": expectations}))
 
 
+@pytest.mark.slow
 def test_validate_passes_then_fails_on_a_critical_expectation(spark, settings, tmp_path, monkeypatch):
     install_fixtures(settings, "2026-11-21")
     good, _, parsed = land_kind(dispatch, DAY, settings)
@@ -67,6 +70,7 @@ def test_every_bronze_and_silver_table_has_a_suite_that_expects_rows():
         assert rows["kwargs"] == {"min_value": 1} and rows["meta"]["critical_when_landed"], table
 
 
+@pytest.mark.slow
 def test_bronze_layer_row_counts_warn_on_an_empty_day_and_fail_when_files_landed(spark, settings):
     import shutil
 
