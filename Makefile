@@ -35,7 +35,7 @@ test-all: bootstrap lint ## every test, the heavy ones included
 
 ## make test-fast: the inner loop (about 3 minutes), the tests not marked slow (more than a few
 ## seconds each: Airflow, whole CLI runs, whole stages), pulsar (the live broker) or heavy
-test-fast: bootstrap ## the tests without Airflow, whole CLI runs, the live broker or the heavy ones
+test-fast: bootstrap ## the inner loop: the tests of a few seconds each (no Airflow, live broker or whole stage)
 	$(VENV)/pytest -m "not slow and not pulsar and not heavy" $(PYTEST_ARGS)
 
 ## make run [DAY=YYYY-MM-DD]: demo data for DAY, then the daily Airflow DAG on it (airflow dags
