@@ -1,14 +1,18 @@
 """Record checks shared by the landing parsers, as Spark column expressions.
 
-A JSON object is parsed twice: as ``map<string,string>`` (what keys are present, with their raw
-JSON text) and into a typed struct. A key present in the map but null in the struct has the
-wrong type. Each check yields ``(priority, condition, reason, detail)``; a record's problem is
-the first condition that holds, in priority order, so one record gets one clear reason.
+The checks see a JSON object as a :class:`JsonObject`: per field, is it there, its text, its
+typed value (null when the JSON holds another type: a wrong type). A JSON-lines record is parsed
+as ``map<string,string>`` (which keys are present, with their text) and into a typed struct
+(:func:`parse_object`); a stats document is parsed once into a ``VARIANT`` whose fields are read
+by their JSON type (:func:`variant_object`). Each check yields ``(priority, condition, reason,
+detail)``; a record's problem is the first condition that holds, in priority order, so one
+record gets one clear reason.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta, timezone
 
@@ -83,6 +87,84 @@ def parse_object(text: Column, fields: tuple[Field, ...]) -> tuple[Column, Colum
     return keys, F.when(typed.isNotNull(), F.struct(*[value(f).alias(f.key) for f in fields]))
 
 
+@dataclass(frozen=True)
+class JsonObject:
+    """How the checks read a JSON object, per :class:`Field`: is the key there (and not null),
+    its text (for a problem's detail), its typed value (null for a value of another type)."""
+
+    present: Callable[[Field], Column]
+    text: Callable[[Field], Column]
+    value: Callable[[Field], Column]
+
+
+def map_object(keys: Column, typed: Column) -> JsonObject:
+    """The object of :func:`parse_object`'s (present keys, typed struct)."""
+    return JsonObject(lambda f: keys[f.key].isNotNull(), lambda f: keys[f.key], lambda f: typed[f.key])
+
+
+# A VARIANT's JSON types (schema_of_variant) that each field type accepts, as parse_object does:
+# whole numbers for integers (also written 800.0, 1.2E7 or "123"), any number or NaN/Infinity for
+# a double, true/false for a boolean, a string or whole number (epoch seconds) for a timestamp.
+_INTEGRAL_JSON = ("TINYINT", "SMALLINT", "INT", "BIGINT")
+_FRACTIONAL_JSON = ("FLOAT", "DOUBLE")
+_NON_NUMBERS = ("NaN", "+NaN", "-NaN", "Infinity", "+Infinity", "-Infinity", "INF", "+INF", "-INF")
+# Containers keep their children as VARIANTs (read again by field) instead of text.
+_VARIANT_CONTAINERS = {"map<string,string>": "map<string,variant>", "array<string>": "array<variant>"}
+
+
+def _path(f: Field) -> str:
+    return f"$.{f.key}"
+
+
+def variant_value(v: Column, f: Field) -> Column:
+    """``f``'s typed value in the VARIANT object ``v``; null when absent or of another JSON type.
+
+    ``try_variant_get`` alone would cast like SQL's CAST (the string ``"123"`` to 123, 1.5 to 1):
+    the value's own JSON type is checked first, so that a wrong type is one, as from_json has it.
+    """
+    path = _path(f)
+    if f.type not in (*INTEGRAL, "double", "boolean", "timestamp", "string"):
+        return F.try_variant_get(v, path, _VARIANT_CONTAINERS.get(f.type, f.type))
+    if f.type == "string":
+        return F.try_variant_get(v, path, "string")
+    json_type = F.schema_of_variant(F.variant_get(v, path, "variant"))
+    integral = json_type.isin(*_INTEGRAL_JSON)
+    number = integral | json_type.isin(*_FRACTIONAL_JSON) | json_type.startswith("DECIMAL")
+    as_double = F.try_variant_get(v, path, "double")
+    if f.type in INTEGRAL:
+        # As parse_object reads them: a string holding a whole number (as protobuf's JSON writes
+        # 64-bit integers) is that number too.
+        number_text = (json_type == "STRING") & F.try_variant_get(v, path, "string").rlike(_DECIMAL)
+        return F.when(integral, F.try_variant_get(v, path, f.type)).when(
+            (number | number_text) & (as_double == F.floor(as_double)), as_double.try_cast(f.type)
+        )
+    if f.type == "double":
+        return F.when(number | ((json_type == "STRING") & F.try_variant_get(v, path, "string").isin(*_NON_NUMBERS)), as_double)
+    if f.type == "boolean":
+        return F.when(json_type == "BOOLEAN", F.try_variant_get(v, path, "boolean"))
+    return F.when(integral | (json_type == "STRING"), F.try_variant_get(v, path, "timestamp"))
+
+
+def typed_variant(v: Column, fields: tuple[Field, ...]) -> Column:
+    """The typed struct of the VARIANT object ``v`` (materialise it once, then :func:`variant_object`)."""
+    return F.struct(*[variant_value(v, f).alias(f.key) for f in fields])
+
+
+def variant_object(v: Column, typed: Column) -> JsonObject:
+    """The checks' view of the VARIANT object ``v`` whose :func:`typed_variant` is ``typed``."""
+
+    def present(f: Field) -> Column:
+        value = F.variant_get(v, _path(f), "variant")
+        return value.isNotNull() & ~F.is_variant_null(value)
+
+    return JsonObject(present, lambda f: F.try_variant_get(v, _path(f), "string"), lambda f: typed[f.key])
+
+
+def is_json_object(v: Column) -> Column:
+    # An object casts to the empty struct; anything else does not.
+    return F.try_variant_get(v, "$", "struct<>").isNotNull()
+
+
 def typed_columns(typed: Column, fields: tuple[Field, ...]) -> list[Column]:
     return [typed[f.key].alias(f.name) for f in fields]
 
@@ -92,21 +174,21 @@ def day_bounds(day: date) -> tuple[datetime, datetime]:
     return start, start + timedelta(days=1)
 
 
-def field_problems(keys: Column, typed: Column, fields: tuple[Field, ...], day: date, where: str = "") -> list[tuple[int, Column, str, Column]]:
+def field_problems(obj: JsonObject, fields: tuple[Field, ...], day: date, where: str = "") -> list[tuple[int, Column, str, Column]]:
     start, end = day_bounds(day)
     out = []
     for f in fields:
         label = f"{where}{f.key}"
-        raw = keys[f.key]
-        value = typed[f.key]
+        present = obj.present(f)
+        value = obj.value(f)
         if f.required:
-            out.append((PRIORITY.index(MISSING_FIELD), raw.isNull(), MISSING_FIELD, F.lit(f"{label} is missing")))
+            out.append((PRIORITY.index(MISSING_FIELD), ~present, MISSING_FIELD, F.lit(f"{label} is missing")))
         out.append(
             (
                 PRIORITY.index(WRONG_TYPE),
-                raw.isNotNull() & value.isNull(),
+                present & value.isNull(),
                 WRONG_TYPE,
-                F.concat(F.lit(f"{label} should be {f.type}, got "), F.substring(raw, 1, 200)),
+                F.concat(F.lit(f"{label} should be {f.type}, got "), F.substring(obj.text(f), 1, 200)),
             )
         )
         if f.enum:
@@ -139,13 +221,27 @@ def field_problems(keys: Column, typed: Column, fields: tuple[Field, ...], day: 
     return out
 
 
-def malformed_json(text: Column, keys: Column, where: str = "") -> list[tuple[int, Column, str, Column]]:
+def json_problems(valid: Column, is_object: Column, where: str = "") -> list[tuple[int, Column, str, Column]]:
     """Not JSON at all, or JSON but not an object."""
-    parsed = F.try_parse_json(text)
     return [
-        (PRIORITY.index(MALFORMED_JSON), parsed.isNull(), MALFORMED_JSON, F.lit(f"{where}not valid JSON")),
-        (PRIORITY.index(MALFORMED_JSON), keys.isNull(), MALFORMED_JSON, F.lit(f"{where}not a JSON object")),
+        (PRIORITY.index(MALFORMED_JSON), ~valid, MALFORMED_JSON, F.lit(f"{where}not valid JSON")),
+        (PRIORITY.index(MALFORMED_JSON), ~is_object, MALFORMED_JSON, F.lit(f"{where}not a JSON object")),
     ]
+
+
+def malformed_json(text: Column, keys: Column, where: str = "") -> list[tuple[int, Column, str, Column]]:
+    """:func:`json_problems` of a text parsed by :func:`parse_object` into ``keys``."""
+    return json_problems(F.try_parse_json(text).isNotNull(), keys.isNotNull(), where)
+
+
+def member_problems(v: Column) -> list[tuple[int, Column, str, Column]]:
+    """:func:`json_problems` of a VARIANT member of a parent object (a partition's stats, a
+    subscription) that must be an object: a string member is judged by its text, as the JSON it
+    would hold."""
+    is_object = is_json_object(v)  # first: schema_of_variant would walk a whole object
+    as_text = F.try_parse_json(F.try_variant_get(v, "$", "string"))
+    valid = is_object | F.when(F.schema_of_variant(v) == "STRING", as_text.isNotNull()).otherwise(v.isNotNull() & ~F.is_variant_null(v))
+    return json_problems(valid, is_object)
 
 
 def first_problem(problems: list[tuple[int, Column, str, Column]]) -> Column:

@@ -15,6 +15,7 @@ from .checks import (
     field_problems,
     first_problem,
     malformed_json,
+    map_object,
     parse_object,
     typed_columns,
 )
@@ -57,7 +58,7 @@ def parse(records: DataFrame, day: date) -> DataFrame:
     ]
     problems = [
         *malformed_json(F.col("raw"), k),
-        *field_problems(k, t, FIELDS, day),
+        *field_problems(map_object(k, t), FIELDS, day),
         *[(PRIORITY.index(MISSING_FIELD), cond, MISSING_FIELD, F.lit(text)) for cond, text in scope],
         (PRIORITY.index("negative-counter"), t["period_seconds"] == 0, "negative-counter", F.lit("period_seconds must be positive, got 0")),
         duplicate_problem(),

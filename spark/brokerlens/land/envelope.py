@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from datetime import date
 
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from .checks import (
@@ -24,9 +24,12 @@ from .checks import (
     duplicate_problem,
     field_problems,
     first_problem,
-    malformed_json,
+    is_json_object,
+    json_problems,
     mark_duplicates,
-    parse_object,
+    member_problems,
+    typed_variant,
+    variant_object,
 )
 
 FIELDS = (
@@ -39,10 +42,22 @@ FIELDS = (
 _PARTITION_SUFFIX = r"-partition-[0-9]+$"
 
 
-def explode_envelopes(records: DataFrame, day: date) -> DataFrame:
-    """Rows: source_file, line (null), record, raw, ingested_at, problem, collected_at, cluster,
-    broker, topic (per partition), partitioned_topic, stats (that partition's stats text).
-    A bad envelope is one row with its problem and no stats."""
+def _text_type(children: str, verbatim: tuple[str, ...]) -> str:
+    """A topic's stats as text where it is kept as Pulsar wrote it (key order, number text):
+    its children (``subscriptions``, ``cursors``) by name, and the ``verbatim`` keys."""
+    return f"struct<`{children}`:map<string,string>{''.join(f',`{k}`:string' for k in verbatim)}>"
+
+
+def explode_envelopes(records: DataFrame, day: date, children: str, verbatim: tuple[str, ...] = ()) -> DataFrame:
+    """Rows: source_file, line (null), record, raw (the envelope's text), ingested_at, problem,
+    collected_at, cluster, broker, topic (per partition), partitioned_topic, ``_in_partitions``
+    (the row is a member of a ``partitions`` map), ``_stats`` (that topic's stats, a VARIANT)
+    and ``_text`` (its children and ``verbatim`` keys as text, :func:`_text_type`).
+    A bad envelope is one row with its problem and no stats.
+
+    Each envelope is parsed once into a VARIANT, which the checks and typed reads use; its text
+    is parsed once more, for the pieces kept as Pulsar wrote them.
+    """
     # A single envelope is read as an array of one, so that every envelope's text is Jackson's
     # compact rendering and an exact copy is found whichever way the files were written.
     is_array = F.ltrim("raw").startswith("[")
@@ -61,29 +76,37 @@ def explode_envelopes(records: DataFrame, day: date) -> DataFrame:
     # mark_duplicates orders copies by (source_file, line): use the record number meanwhile.
     whole = whole.withColumn("line", (F.col("_pos") + 1).cast("int"))
     whole = mark_duplicates(whole).withColumnRenamed("line", "record").withColumn("line", F.lit(None).cast("int"))
-    keys, typed = parse_object(F.col("raw"), FIELDS)
-    env = whole.withColumns({"_k": keys, "_t": typed})
-    k, t = F.col("_k"), F.col("_t")
+    env = whole.withColumn("_env", F.try_parse_json("raw"))
+    env = env.withColumn("_t", typed_variant(F.col("_env"), FIELDS))
+    t = F.col("_t")
     where = F.when(F.col("record") > 1, F.concat(F.lit("record "), F.col("record").cast("string"), F.lit(": "))).otherwise(F.lit(""))
     problems = [
         (PRIORITY.index(MALFORMED_JSON), F.col("_bad_array").isNotNull(), MALFORMED_JSON, F.lit("not valid JSON (an envelope or an array of envelopes)")),
-        *malformed_json(F.col("raw"), k),
-        *field_problems(k, t, FIELDS, day),
+        *json_problems(F.col("_env").isNotNull(), is_json_object(F.col("_env"))),
+        *field_problems(variant_object(F.col("_env"), t), FIELDS, day),
         duplicate_problem(),
     ]
-    problem = first_problem(problems)
-    env = env.withColumn(
-        "problem",
-        F.when(problem.isNotNull(), F.struct(problem["reason"].alias("reason"), F.concat(where, problem["detail"]).alias("detail"))),
-    ).withColumn("raw", F.coalesce("raw", "_file_text"))
-    stats_text = k["stats"]
-    partitions = F.from_json(stats_text, "struct<partitions:map<string,string>>")["partitions"]
+    env = _with_problem(env, "problem", problems, where).withColumn("raw", F.coalesce("raw", "_file_text"))
     good = F.col("problem").isNull()
-    # A bad envelope stays one row (its topic may be missing: a placeholder key, nulled below).
+    text_type = _text_type(children, verbatim)
+    member = f"struct<stats:variant,text:{text_type}>"
+    texts = F.from_json("raw", f"struct<stats:{text_type}>")["stats"]
+    env = env.withColumn("_partitions", F.when(good, F.try_variant_get("_env", "$.stats.partitions", "map<string,variant>")))
+    partitioned = F.size("_partitions") > 0
+    # The partitions' text as one map; one partition that is not an object nulls that map, and
+    # then each partition's text is read on its own.
+    partition_texts = F.coalesce(
+        F.from_json("raw", f"struct<stats:struct<partitions:map<string,{text_type}>>>")["stats"]["partitions"],
+        F.transform_values(
+            F.from_json("raw", "struct<stats:struct<partitions:map<string,string>>>")["stats"]["partitions"],
+            lambda _, text: F.from_json(text, text_type),
+        ),
+    )
     per_partition = (
-        F.when(good & (F.size(partitions) > 0), partitions)
-        .when(good, F.create_map(t["topic"], stats_text))
-        .otherwise(F.create_map(F.lit(""), F.lit(None).cast("string")))
+        F.when(partitioned, F.map_zip_with("_partitions", partition_texts, lambda _, stats, text: F.struct(stats.alias("stats"), text.alias("text"))))
+        .when(good, F.create_map(t["topic"], F.struct(F.variant_get("_env", "$.stats", "variant").alias("stats"), texts.alias("text"))))
+        # A bad envelope stays one row (its topic may be missing: a placeholder key, nulled below).
+        .otherwise(F.create_map(F.lit(""), F.lit(None).cast(member)))
     )
     topic = t["topic"]
     exploded = env.select(
@@ -96,17 +119,43 @@ def explode_envelopes(records: DataFrame, day: date) -> DataFrame:
         t["collected_at"].alias("collected_at"),
         t["cluster"].alias("cluster"),
         t["broker"].alias("broker"),
-        F.when(F.size(partitions) > 0, topic).alias("_partitioned"),
-        F.explode(per_partition).alias("topic", "stats"),
+        F.when(partitioned, topic).alias("_partitioned"),
+        F.explode(per_partition).alias("topic", "_member"),
     )
-    exploded = exploded.withColumn("topic", F.when(F.col("problem").isNull(), F.col("topic")))
+    exploded = exploded.withColumns(
+        {
+            "topic": F.when(F.col("problem").isNull(), F.col("topic")),
+            "_in_partitions": F.col("_partitioned").isNotNull(),
+            "_stats": F.col("_member.stats"),
+            "_text": F.col("_member.text"),
+        }
+    )
     return exploded.withColumn(
         "partitioned_topic",
         F.coalesce(
             "_partitioned",
             F.when(F.col("topic").rlike(_PARTITION_SUFFIX), F.regexp_replace("topic", _PARTITION_SUFFIX, "")),
         ),
-    ).drop("_partitioned")
+    ).drop("_partitioned", "_member")
+
+
+def _with_problem(frame: DataFrame, name: str, problems: list, where: Column, applies: Column | None = None) -> DataFrame:
+    """``frame`` with column ``name``: the first of ``problems`` that holds (where ``applies``),
+    its detail after ``where``. The first problem is a column of its own, so that Spark builds it
+    once: written into the struct three times, it outgrew a generated method's 64 KB."""
+    frame = frame.withColumn("_first_problem", first_problem(problems))
+    first = F.col("_first_problem")
+    holds = first.isNotNull() if applies is None else applies & first.isNotNull()
+    problem = F.struct(first["reason"].alias("reason"), F.concat(where, first["detail"]).alias("detail"))
+    return frame.withColumn(name, F.when(holds, problem)).drop("_first_problem")
+
+
+def _stats_text(in_partitions: Column, topic: Column) -> Column:
+    """A topic's stats as Jackson renders them from the envelope's text (a quarantine row's raw)."""
+    return F.when(
+        in_partitions,
+        F.from_json("raw", "struct<stats:struct<partitions:map<string,string>>>")["stats"]["partitions"][topic],
+    ).otherwise(F.from_json("raw", "struct<stats:string>")["stats"])
 
 
 def explode_children(
@@ -117,59 +166,48 @@ def explode_children(
     child_fields: tuple[Field, ...],
     label: str,
     extra_child_problems=lambda child: [],
+    verbatim: tuple[str, ...] = (),
 ) -> DataFrame:
     """Envelopes → one row per topic partition x child (``subscriptions``, ``cursors``).
 
-    Rows carry ``_ts`` (typed topic stats), ``_tk`` (its raw keys), ``child`` (name, null for a
-    topic without children), ``child_json``, ``_cs`` (typed child), ``raw`` and ``problem``. A
-    bad envelope or bad topic stats is one row with its problem and no child.
+    Rows carry ``_ts`` (typed topic stats), ``_text`` (the topic's ``verbatim`` keys as text),
+    ``child`` (name, null for a topic without children), ``child_json`` (its text), ``_cs``
+    (typed child), ``raw`` (the text a quarantine row keeps, null on a good row) and
+    ``problem``. A bad envelope or bad topic stats is one row with its problem and no child.
 
-    No row is filtered out here: a filter under these projections gets the JSON parses inlined
-    into its condition, where Spark evaluates each one again (up to ~150 parses per row).
+    No row is filtered out here: a filter under these projections gets the parses inlined into
+    its condition, where Spark evaluates each one again.
     """
-    env = explode_envelopes(records, day)
-    good = F.col("problem").isNull()
-    topic_keys, topic = parse_object(F.col("stats"), topic_fields)
-    topics = env.withColumns({"_tk": F.when(good, topic_keys), "_ts": F.when(good, topic)})
-    topic_problem = first_problem([*malformed_json(F.col("stats"), F.col("_tk")), *field_problems(F.col("_tk"), F.col("_ts"), topic_fields, day)])
-    topics = topics.withColumns(
-        {
-            "raw": F.when(good, F.col("stats")).otherwise(F.col("raw")),
-            "problem": F.when(
-                good,
-                F.when(
-                    topic_problem.isNotNull(),
-                    F.struct(
-                        topic_problem["reason"].alias("reason"),
-                        F.concat(F.col("topic"), F.lit(": "), topic_problem["detail"]).alias("detail"),
-                    ),
-                ),
-            ).otherwise(F.col("problem")),
-        }
+    env = explode_envelopes(records, day, children, verbatim)
+    envelope_problem = F.col("problem")
+    topics = env.withColumn("_ts", F.when(envelope_problem.isNull(), typed_variant(F.col("_stats"), topic_fields)))
+    ts = F.col("_ts")
+    topic_problems = [*member_problems(F.col("_stats")), *field_problems(variant_object(F.col("_stats"), ts), topic_fields, day)]
+    topics = _with_problem(topics, "_topic_problem", topic_problems, F.concat(F.col("topic"), F.lit(": ")), envelope_problem.isNull())
+    good = envelope_problem.isNull() & F.col("_topic_problem").isNull()
+    members = F.map_zip_with(
+        ts[children],
+        F.coalesce(F.col("_text")[children], F.create_map().cast("map<string,string>")),
+        lambda _, child, text: F.struct(child.alias("v"), text.alias("text")),
     )
-    rows = topics.select("*", F.explode_outer(F.when(good, F.col("_ts")[children])).alias("child", "child_json"))
-    child_keys, child = parse_object(F.col("child_json"), child_fields)
-    rows = rows.withColumns({"_ck": child_keys, "_cs": child})
+    rows = topics.select("*", F.explode_outer(F.when(good, members)).alias("child", "_child"))
+    rows = rows.withColumn("_cs", F.when(F.col("child").isNotNull(), typed_variant(F.col("_child.v"), child_fields)))
+    cs = F.col("_cs")
     has_child = F.col("child").isNotNull()
-    child_problem = first_problem(
-        [
-            (p, has_child & cond, reason, detail)
-            for p, cond, reason, detail in [
-                *malformed_json(F.col("child_json"), F.col("_ck")),
-                *field_problems(F.col("_ck"), F.col("_cs"), child_fields, day),
-                *extra_child_problems(F.col("_cs")),
-            ]
-        ]
-    )
-    return rows.withColumns(
-        {
-            "problem": F.when(
-                good & child_problem.isNotNull(),
-                F.struct(
-                    child_problem["reason"].alias("reason"),
-                    F.concat(F.col("topic"), F.lit(f" {label} "), F.col("child"), F.lit(": "), child_problem["detail"]).alias("detail"),
-                ),
-            ).otherwise(F.col("problem")),
-            "raw": F.coalesce("child_json", "raw"),
-        }
-    )
+    child_problems = [
+        *member_problems(F.col("_child.v")),
+        *field_problems(variant_object(F.col("_child.v"), cs), child_fields, day),
+        *extra_child_problems(cs),
+    ]
+    where = F.concat(F.col("topic"), F.lit(f" {label} "), F.col("child"), F.lit(": "))
+    rows = _with_problem(rows, "_child_problem", child_problems, where, good & has_child)
+    child_json = F.col("_child.text")
+    return rows.select(
+        "*",
+        F.coalesce(envelope_problem, "_topic_problem", "_child_problem").alias("_problem"),
+        F.when(envelope_problem.isNotNull(), F.col("raw"))
+        .when(F.col("_topic_problem").isNotNull(), _stats_text(F.col("_in_partitions"), F.col("topic")))
+        .when(F.col("_child_problem").isNotNull(), F.coalesce(child_json, _stats_text(F.col("_in_partitions"), F.col("topic"))))
+        .alias("_raw"),
+        child_json.alias("child_json"),
+    ).drop("problem", "raw", "_topic_problem", "_child_problem", "_child").withColumnsRenamed({"_problem": "problem", "_raw": "raw"})

@@ -29,6 +29,7 @@ from .checks import (
     field_problems,
     first_problem,
     malformed_json,
+    map_object,
     parse_object,
 )
 
@@ -102,7 +103,7 @@ def parse(records: DataFrame, day: date) -> DataFrame:
     has_policy = policy_text.isNotNull()
     problems = [
         *malformed_json(F.col("raw"), k),
-        *field_problems(k, t, FIELDS, day),
+        *field_problems(map_object(k, t), FIELDS, day),
         (PRIORITY.index(MISSING_FIELD), ~F.map_contains_key(k, "policy"), MISSING_FIELD, F.lit("policy is missing (null removes a policy)")),
         (PRIORITY.index(MISSING_FIELD), kind.isin(*NAMESPACE_KINDS) & t["namespace"].isNull(), MISSING_FIELD, F.lit("namespace is missing")),
         (PRIORITY.index(MISSING_FIELD), kind.isin(*TOPIC_KINDS) & t["topic"].isNull(), MISSING_FIELD, F.lit("topic is missing")),
@@ -121,7 +122,7 @@ def parse(records: DataFrame, day: date) -> DataFrame:
         ),
         *[
             (p, has_policy & ~is_broker & cond, reason, detail)
-            for p, cond, reason, detail in field_problems(F.col("_rate_keys"), F.col("_rate"), DISPATCH_RATE, day, "policy.")
+            for p, cond, reason, detail in field_problems(map_object(F.col("_rate_keys"), F.col("_rate")), DISPATCH_RATE, day, "policy.")
         ],
         *[
             (

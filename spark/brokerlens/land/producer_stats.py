@@ -8,7 +8,7 @@ from datetime import date
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from .checks import Field, duplicate_problem, field_problems, first_problem, malformed_json, parse_object
+from .checks import Field, duplicate_problem, field_problems, first_problem, malformed_json, map_object, parse_object
 
 KIND = "producer-stats"
 TABLE = "bronze_producer_stats"
@@ -77,10 +77,10 @@ def parse(records: DataFrame, day: date) -> DataFrame:
     s = F.col("_s")
     problems = [
         *malformed_json(F.col("raw"), k),
-        *field_problems(k, t, FIELDS, day),
-        *field_problems(F.col("_sk"), s, STATS, day, "stats."),
-        *field_problems(F.col("_ck"), F.col("_c"), CONFIG, day, "config."),
-        *field_problems(F.col("_lk"), F.col("_l"), CLIENT, day, "client."),
+        *field_problems(map_object(k, t), FIELDS, day),
+        *field_problems(map_object(F.col("_sk"), s), STATS, day, "stats."),
+        *field_problems(map_object(F.col("_ck"), F.col("_c")), CONFIG, day, "config."),
+        *field_problems(map_object(F.col("_lk"), F.col("_l")), CLIENT, day, "client."),
         duplicate_problem(),
     ]
     partition_rates = F.transform_values(s["partitionStats"], lambda _, v: F.from_json(v, "struct<sendMsgsRate:double>")["sendMsgsRate"])

@@ -68,7 +68,7 @@ def subscription_column(ss: F.Column, f: Field) -> F.Column:
 
 
 def parse(records: DataFrame, day: date) -> DataFrame:
-    rows = explode_children(records, day, TOPIC, "subscriptions", SUBSCRIPTION, "subscription")
+    rows = explode_children(records, day, TOPIC, "subscriptions", SUBSCRIPTION, "subscription", verbatim=("publishers",))
     ts, ss = F.col("_ts"), F.col("_cs")
     return rows.select(
         F.lit(day).alias("day"),
@@ -79,7 +79,7 @@ def parse(records: DataFrame, day: date) -> DataFrame:
         "partitioned_topic",
         *[ts[f.key].alias(f.name) for f in TOPIC if f.key not in ("publishers", "subscriptions")],
         count(ts["publishers"]).alias("publishers"),
-        F.col("_tk")["publishers"].alias("publishers_json"),
+        F.col("_text")["publishers"].alias("publishers_json"),
         F.col("child").alias("subscription"),
         *[subscription_column(ss, f) for f in SUBSCRIPTION if f.key != "consumers"],
         count(ss["consumers"]).alias("consumers"),
