@@ -94,13 +94,15 @@ def explode_envelopes(records: DataFrame, day: date, children: str, verbatim: tu
     env = env.withColumn("_partitions", F.when(good, F.try_variant_get("_env", "$.stats.partitions", "map<string,variant>")))
     partitioned = F.size("_partitions") > 0
     # The partitions' text as one map; one partition that is not an object nulls that map, and
-    # then each partition's text is read on its own.
+    # then each partition's text is read on its own. (Never null: a partition without its text
+    # still lands.)
     partition_texts = F.coalesce(
         F.from_json("raw", f"struct<stats:struct<partitions:map<string,{text_type}>>>")["stats"]["partitions"],
         F.transform_values(
             F.from_json("raw", "struct<stats:struct<partitions:map<string,string>>>")["stats"]["partitions"],
             lambda _, text: F.from_json(text, text_type),
         ),
+        F.create_map().cast(f"map<string,{text_type}>"),
     )
     per_partition = (
         F.when(partitioned, F.map_zip_with("_partitions", partition_texts, lambda _, stats, text: F.struct(stats.alias("stats"), text.alias("text"))))
