@@ -135,9 +135,7 @@ def variant_value(v: Column, f: Field) -> Column:
         # As parse_object reads them: a string holding a whole number (as protobuf's JSON writes
         # 64-bit integers) is that number too.
         number_text = (json_type == "STRING") & F.try_variant_get(v, path, "string").rlike(_DECIMAL)
-        return F.when(integral, F.try_variant_get(v, path, f.type)).when(
-            (number | number_text) & (as_double == F.floor(as_double)), as_double.try_cast(f.type)
-        )
+        return F.when(integral, F.try_variant_get(v, path, f.type)).when((number | number_text) & (as_double == F.floor(as_double)), as_double.try_cast(f.type))
     if f.type == "double":
         return F.when(number | ((json_type == "STRING") & F.try_variant_get(v, path, "string").isin(*_NON_NUMBERS)), as_double)
     if f.type == "boolean":

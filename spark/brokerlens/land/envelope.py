@@ -204,12 +204,16 @@ def explode_children(
     where = F.concat(F.col("topic"), F.lit(f" {label} "), F.col("child"), F.lit(": "))
     rows = _with_problem(rows, "_child_problem", child_problems, where, good & has_child)
     child_json = F.col("_child.text")
-    return rows.select(
-        "*",
-        F.coalesce(envelope_problem, "_topic_problem", "_child_problem").alias("_problem"),
-        F.when(envelope_problem.isNotNull(), F.col("raw"))
-        .when(F.col("_topic_problem").isNotNull(), _stats_text(F.col("_in_partitions"), F.col("topic")))
-        .when(F.col("_child_problem").isNotNull(), F.coalesce(child_json, _stats_text(F.col("_in_partitions"), F.col("topic"))))
-        .alias("_raw"),
-        child_json.alias("child_json"),
-    ).drop("problem", "raw", "_topic_problem", "_child_problem", "_child").withColumnsRenamed({"_problem": "problem", "_raw": "raw"})
+    return (
+        rows.select(
+            "*",
+            F.coalesce(envelope_problem, "_topic_problem", "_child_problem").alias("_problem"),
+            F.when(envelope_problem.isNotNull(), F.col("raw"))
+            .when(F.col("_topic_problem").isNotNull(), _stats_text(F.col("_in_partitions"), F.col("topic")))
+            .when(F.col("_child_problem").isNotNull(), F.coalesce(child_json, _stats_text(F.col("_in_partitions"), F.col("topic"))))
+            .alias("_raw"),
+            child_json.alias("child_json"),
+        )
+        .drop("problem", "raw", "_topic_problem", "_child_problem", "_child")
+        .withColumnsRenamed({"_problem": "problem", "_raw": "raw"})
+    )

@@ -92,7 +92,9 @@ def parse(records: DataFrame, day: date) -> DataFrame:
     keys, typed = parse_object(header_text, HEADER)
     first = Window.partitionBy("source_file").orderBy("line")
     headers = lines.where(F.col("_class") == "header").withColumn("_n", F.row_number().over(first)).where("_n = 1").withColumns({"_k": keys, "_t": typed})
-    header_problem = first_problem([*malformed_json(header_text, F.col("_k"), "header: "), *field_problems(map_object(F.col("_k"), F.col("_t")), HEADER, day, "header ")])
+    header_problem = first_problem(
+        [*malformed_json(header_text, F.col("_k"), "header: "), *field_problems(map_object(F.col("_k"), F.col("_t")), HEADER, day, "header ")]
+    )
     headers = headers.withColumn("problem", header_problem)
     bad_headers = headers.where(F.col("problem").isNotNull()).withColumn("problem", _problem_with_suffix(F.col("problem")))
     good_headers = headers.where(F.col("problem").isNull()).select(
