@@ -151,11 +151,12 @@ def typed_variant(v: Column, fields: tuple[Field, ...]) -> Column:
 def variant_object(v: Column, typed: Column) -> JsonObject:
     """The checks' view of the VARIANT object ``v`` whose :func:`typed_variant` is ``typed``."""
 
-    def present(f: Field) -> Column:
-        value = F.variant_get(v, _path(f), "variant")
-        return value.isNotNull() & ~F.is_variant_null(value)
+    return JsonObject(lambda f: has_value(F.variant_get(v, _path(f), "variant")), lambda f: F.try_variant_get(v, _path(f), "string"), lambda f: typed[f.key])
 
-    return JsonObject(present, lambda f: F.try_variant_get(v, _path(f), "string"), lambda f: typed[f.key])
+
+def has_value(v: Column) -> Column:
+    """A VARIANT that is there and not JSON ``null`` (as a key whose value is null is absent)."""
+    return v.isNotNull() & ~F.is_variant_null(v)
 
 
 def is_json_object(v: Column) -> Column:
@@ -238,7 +239,7 @@ def member_problems(v: Column) -> list[tuple[int, Column, str, Column]]:
     would hold."""
     is_object = is_json_object(v)  # first: schema_of_variant would walk a whole object
     as_text = F.try_parse_json(F.try_variant_get(v, "$", "string"))
-    valid = is_object | F.when(F.schema_of_variant(v) == "STRING", as_text.isNotNull()).otherwise(v.isNotNull() & ~F.is_variant_null(v))
+    valid = is_object | F.when(F.schema_of_variant(v) == "STRING", as_text.isNotNull()).otherwise(has_value(v))
     return json_problems(valid, is_object)
 
 

@@ -98,10 +98,7 @@ def explode_envelopes(records: DataFrame, day: date, children: str, verbatim: tu
     # still lands.)
     partition_texts = F.coalesce(
         F.from_json("raw", f"struct<stats:struct<partitions:map<string,{text_type}>>>")["stats"]["partitions"],
-        F.transform_values(
-            F.from_json("raw", "struct<stats:struct<partitions:map<string,string>>>")["stats"]["partitions"],
-            lambda _, text: F.from_json(text, text_type),
-        ),
+        F.transform_values(_partitions_text(), lambda _, text: F.from_json(text, text_type)),
         F.create_map().cast(f"map<string,{text_type}>"),
     )
     per_partition = (
@@ -154,10 +151,12 @@ def _with_problem(frame: DataFrame, name: str, problems: list, where: Column, ap
 
 def _stats_text(in_partitions: Column, topic: Column) -> Column:
     """A topic's stats as Jackson renders them from the envelope's text (a quarantine row's raw)."""
-    return F.when(
-        in_partitions,
-        F.from_json("raw", "struct<stats:struct<partitions:map<string,string>>>")["stats"]["partitions"][topic],
-    ).otherwise(F.from_json("raw", "struct<stats:string>")["stats"])
+    return F.when(in_partitions, _partitions_text()[topic]).otherwise(F.from_json("raw", "struct<stats:string>")["stats"])
+
+
+def _partitions_text() -> Column:
+    """Each partition's stats in the envelope's text, as Jackson renders them, by partition."""
+    return F.from_json("raw", "struct<stats:struct<partitions:map<string,string>>>")["stats"]["partitions"]
 
 
 def explode_children(
