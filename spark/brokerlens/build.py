@@ -4,13 +4,16 @@ so that the silver tables can be validated before gold is built from them)."""
 from __future__ import annotations
 
 from datetime import date
+from functools import partial
 
 from brokerlens.pipeline import resolve
 from brokerlens.platform.progress import progress
 from brokerlens.platform.settings import Settings
+from brokerlens.platform.spark import get_spark, in_parallel
 from brokerlens.platform.stage import StageResult
 
-# Order matters: gold steps read the silver tables of the day. (layer, step, target)
+# Gold steps read the silver tables of the day; the steps of one layer write tables of their own
+# and read none of each other's. (layer, step, target)
 BUILD_STEPS: tuple[tuple[str, str, str], ...] = (
     ("silver", "silver", "brokerlens.silver.build:build_silver"),
     ("gold", "dispatch", "brokerlens.gold.dispatch.build:build_dispatch"),
@@ -24,13 +27,16 @@ def build_day(day: date, settings: Settings, layer: str | None = None) -> StageR
     if layer is not None and layer not in LAYERS:
         raise ValueError(f"build layer must be one of {', '.join(LAYERS)}, not {layer!r}")
     result = StageResult(f"build {layer}" if layer else "build", day)
-    steps = [(name, target) for step_layer, name, target in BUILD_STEPS if layer in (None, step_layer)]
-    with progress(f"build {day}", total=len(steps), unit="steps") as shown:
-        for name, target in steps:
-            shown.note(name)
-            step = resolve(target)(day, settings)
-            result.writes += step.writes
-            result.lines += step.lines
-            result.metrics.update(step.metrics)
-            shown.advance()
+    layers = LAYERS if layer is None else (layer,)
+    with progress(f"build {day}", total=sum(in_layer in layers for in_layer, _, _ in BUILD_STEPS), unit="steps") as shown:
+        for step_layer in layers:
+            # A layer's steps read the layers below and write tables of their own: they run at once.
+            steps = [(name, target) for in_layer, name, target in BUILD_STEPS if in_layer == step_layer]
+            calls = [partial(resolve(target), day, settings) for _, target in steps]
+            for (name, _), step in zip(steps, in_parallel(get_spark(settings), calls)):
+                shown.note(name)
+                result.writes += step.writes
+                result.lines += step.lines
+                result.metrics.update(step.metrics)
+                shown.advance()
     return result

@@ -10,18 +10,17 @@ quarantine row, and the summary counts, per kind, files seen and read, rows and 
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from datetime import date
+from functools import partial
 
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
-from pyspark.util import inheritable_thread_target
 
 from brokerlens.platform.progress import progress
 from brokerlens.platform.schemas import table_schema
 from brokerlens.platform.settings import Settings
-from brokerlens.platform.spark import get_spark
+from brokerlens.platform.spark import get_spark, in_parallel
 from brokerlens.platform.stage import StageResult
 from brokerlens.platform.tables import write_table
 
@@ -32,7 +31,6 @@ from .survey import KindFiles, NotRead, survey
 
 PARSERS = (topic_stats, internal_stats, dispatch, producer_stats, policies, metrics)
 KINDS = tuple(p.KIND for p in PARSERS)
-LAND_THREADS = 3
 
 
 def survey_day(day: date, settings: Settings) -> dict[str, KindFiles]:
@@ -81,15 +79,11 @@ def _land_kind_to_bronze(parser, day: date, settings: Settings, files: KindFiles
 def land_day(day: date, settings: Settings) -> StageResult:
     result = StageResult("land", day)
     quarantined, parsed_frames = [], []
-    # The kinds land in parallel threads: most of a small kind's time is the driver's (plans,
-    # Delta's commit), which then overlaps with the other kinds' Spark jobs. The threads take
-    # this one's Spark job group, by which the stage server cancels a stage.
-    land_kind_to_bronze = inheritable_thread_target(get_spark(settings))(_land_kind_to_bronze)
+    # The kinds land in parallel threads (platform.spark.in_parallel).
     files = survey_day(day, settings)
-    with progress(f"land {day}", total=len(PARSERS), unit="kinds") as step, ThreadPoolExecutor(LAND_THREADS) as pool:
-        futures = [pool.submit(land_kind_to_bronze, parser, day, settings, files[parser.KIND]) for parser in PARSERS]
-        for parser, future in zip(PARSERS, futures):
-            write, bad, parsed = future.result()
+    calls = [partial(_land_kind_to_bronze, parser, day, settings, files[parser.KIND]) for parser in PARSERS]
+    with progress(f"land {day}", total=len(PARSERS), unit="kinds") as step:
+        for parser, (write, bad, parsed) in zip(PARSERS, in_parallel(get_spark(settings), calls)):
             step.note(parser.KIND)
             step.advance()
             parsed_frames.append(parsed)

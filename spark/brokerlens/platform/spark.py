@@ -9,10 +9,14 @@ SQL settings and Delta Lake's extension and catalog, because the table layer rel
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from importlib.resources import files
+from typing import TypeVar
 
 from py4j.java_gateway import JavaClass
 from pyspark.sql import SparkSession
+from pyspark.util import inheritable_thread_target
 
 from .jars import session_jars
 from .settings import Settings, get_settings
@@ -21,6 +25,11 @@ from .settings import Settings, get_settings
 # parsed from a date) in the session's zone: every session brokerlens uses is in UTC, whatever a
 # setting, spark-submit's --conf, the JVM's zone or the caller's own session says.
 SESSION_ZONE = "spark.sql.session.timeZone"
+# Threads of one stage that run independent writes at once (land's kinds, silver's tables,
+# gold's steps): on a small day most of a write's time is the driver's (plans, Delta's log and
+# commit), which then overlaps with the other writes' Spark jobs.
+STAGE_THREADS = 3
+_T = TypeVar("_T")
 
 # Settings the table layer depends on, whatever the deployment.
 SQL_CONF = {
@@ -81,6 +90,22 @@ def get_spark(settings: Settings | None = None) -> SparkSession:
     spark.sparkContext.setLogLevel("WARN")
     _check_jars(spark)
     return spark
+
+
+def in_parallel(spark: SparkSession, calls: Sequence[Callable[[], _T]], threads: int = STAGE_THREADS) -> Iterator[_T]:
+    """The results of ``calls``, in their order, each run in one of ``threads`` threads of this
+    Spark application. The threads take the caller's Spark job group and local properties (the
+    stage server cancels a stage by its group). The first failure is raised once the calls
+    already started have ended."""
+    run = inheritable_thread_target(spark)(lambda call: call())
+    with ThreadPoolExecutor(threads) as pool:
+        futures = [pool.submit(run, call) for call in calls]
+        try:
+            for future in futures:
+                yield future.result()
+        finally:
+            for future in futures:
+                future.cancel()
 
 
 class JarsMissing(RuntimeError):

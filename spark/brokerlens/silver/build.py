@@ -16,12 +16,13 @@
 from __future__ import annotations
 
 from datetime import date
+from functools import partial
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from brokerlens.platform.settings import Settings
-from brokerlens.platform.spark import get_spark
+from brokerlens.platform.spark import get_spark, in_parallel
 from brokerlens.platform.stage import StageResult
 from brokerlens.platform.tables import read_table, write_table
 
@@ -32,7 +33,7 @@ from .producers import producer_snapshots
 
 
 def build_silver(day: date, settings: Settings) -> StageResult:
-    get_spark(settings)
+    spark = get_spark(settings)
     result = StageResult("silver", day)
 
     def bronze(name: str) -> DataFrame:
@@ -49,10 +50,12 @@ def build_silver(day: date, settings: Settings) -> StageResult:
         "producer_snapshots": producer_snapshots(bronze("bronze_producer_stats")),
         "rate_limits": rate_limits(policies, topic_stats, internal, dispatch, day),
     }
-    for name, frame in tables.items():
-        # Scrape intervals and snapshots are dated by their own start; only the day's rows here.
-        frame = frame.where(F.col("day") == F.lit(day))
-        write = write_table(frame, name, mode="replace", partitions=[{"day": day}], settings=settings)
+    # Scrape intervals and snapshots are dated by their own start; only the day's rows here.
+    calls = [
+        partial(write_table, frame.where(F.col("day") == F.lit(day)), name, mode="replace", partitions=[{"day": day}], settings=settings)
+        for name, frame in tables.items()
+    ]
+    for name, write in zip(tables, in_parallel(spark, calls)):
         result.writes.append(write)
         result.metrics[f"{name}_rows"] = write.rows
     topic_stats.unpersist()

@@ -35,13 +35,16 @@ def broker_view(topic_stats: DataFrame) -> DataFrame:
         F.coalesce("partitioned_topic", "topic").alias("topic"),
         F.explode(F.from_json("publishers_json", publisher)).alias("p"),
     )
+    # Summed and averaged as decimals: a sum of doubles depends on the order the rows arrive in
+    # from the shuffle, and a re-run of the day must give the same figures.
+    exact = T.DecimalType(38, 18)
     return (
         publishers.groupBy("cluster", "topic", F.col("p.producerName").alias("producer_name"), "collected_at")
-        .agg(F.sum("p.msgRateIn").alias("rate"), F.avg("p.averageMsgSize").alias("size"))
+        .agg(F.sum(F.col("p.msgRateIn").cast(exact)).alias("rate"), F.avg(F.col("p.averageMsgSize").cast(exact)).alias("size"))
         .groupBy(*PRODUCER)
         .agg(
-            F.avg("rate").alias("broker_msg_rate_in"),
-            F.avg("size").alias("broker_average_msg_size"),
+            F.avg("rate").cast("double").alias("broker_msg_rate_in"),
+            F.avg("size").cast("double").alias("broker_average_msg_size"),
         )
     )
 
