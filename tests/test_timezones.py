@@ -1,21 +1,24 @@
 """The pipeline gives the same tables, and what people read prints the same instants, whatever
 the time zone of the machine it runs on.
 
-One small demo day, plus dispatch records at the very edges of the day, is built (land to gold)
-once, in this process (UTC). Then one process per zone, each with its own homes and mail sink:
+One small demo day, plus dispatch records at the very edges of the day, is landed once. Then one
+process per zone, each with its own homes and mail sinks:
 
 * under ``TZ=America/Los_Angeles`` (UTC-8 in November) and ``TZ=Asia/Kolkata`` (UTC+5:30, a
   half-hour offset), zones on either side of UTC so that a day boundary taken in local time shows
-  in one of them, ``brokerlens run`` (land, validate, build, alert, report) on a copy of the
-  landing: every table must hold the same rows in both (but the times a run landed or validated
-  things), the alert mails must say the same, and the day's edges must be where UTC puts them;
-* under those two zones and ``TZ=UTC``, a copy of the day built here is read by the `brokerlens`
-  command: `sql` in its three formats and its interactive mode, `tables`, the day's report and
-  the alert mail. Each zone's output must be the UTC process's, character for character (but the
-  report's generation time and the mail's Date).
+  in one of them, the whole daily pipeline on a copy of the landing: Kolkata with ``brokerlens
+  run``, Los Angeles with each step's own command (land, validate, build, alert, report), so the
+  two ways must agree too. Every table must hold the same rows in both (but the times a run
+  landed or validated things), the alert mails must say the same, and the day's edges must be
+  where UTC puts them;
+* under those two zones and ``TZ=UTC``, a copy of the day as Los Angeles had built it before its
+  alert (land to gold) is read by the `brokerlens` command: `sql` in its three formats and its
+  interactive mode, `tables`, the day's report and the alert mail. Each zone's output must be
+  the UTC process's, character for character (but the report's generation time and the mail's
+  Date).
 
 A zone's commands run in one process (one JVM per zone, not per command), as the DAG's tasks do
-on the stage server.
+on the stage server. The day is built only by the zones' processes, at once.
 """
 
 from __future__ import annotations
@@ -34,11 +37,12 @@ from pathlib import Path
 
 import pytest
 from aiosmtpd.controller import Controller
-from alert_helpers import free_port
 
+from alert_helpers import free_port
 from brokerlens.deliver.query import run_sql
 from brokerlens.pipeline import DAILY_STEPS, run_stage
 from brokerlens.platform.schemas import table_schemas
+from brokerlens.platform.settings import reload_settings
 
 pytestmark = pytest.mark.slow
 
@@ -70,24 +74,52 @@ READ_COMMANDS = [
     ("report", ["report", "--date", DAY.isoformat()], ""),  # before the alert: its mails' sent_at is now
     ("alert", ["alert", "--date", DAY.isoformat()], ""),
 ]
-# Runs phases of commands in one process; each phase has its own home and mail sink.
+# Runs phases of commands in one process; each phase has its own home and mail sink. A phase may
+# start from a copy of a home another process publishes (it waits for it), and may publish its
+# own home once its commands have run.
 DRIVER = """
-import contextlib, io, json, os, sys
-from brokerlens.cli import main
-from brokerlens.platform.settings import reload_settings
+import contextlib, io, json, os, shutil, sys, time
+from pathlib import Path
+
+phases = json.loads(sys.argv[1])
+pending = [phase["publish"] for phase in phases if phase.get("publish")]
+
+
+def wait_for(published):
+    deadline = time.monotonic() + 1800
+    while not Path(published + ".done").exists():
+        assert not Path(published + ".failed").exists(), f"the process that builds {published} failed"
+        assert time.monotonic() < deadline, f"{published} not published in 30 minutes"
+        time.sleep(1)
+
 
 out = {}
-for phase in json.loads(sys.argv[1]):
-    os.environ.update(phase["env"])
-    reload_settings()
-    for name, argv, stdin in phase["commands"]:
-        sys.stdin, buffer = io.StringIO(stdin), io.StringIO()
-        with contextlib.redirect_stdout(buffer):
-            try:
-                main(log_to_file=False, argv=argv)
-            except SystemExit as exc:
-                assert not exc.code, f"{name}: exit {exc.code}"
-        out[name] = buffer.getvalue()
+try:
+    from brokerlens.cli import main
+    from brokerlens.platform.settings import reload_settings
+
+    for phase in phases:
+        if phase.get("copy_of"):
+            wait_for(phase["copy_of"])
+            shutil.copytree(phase["copy_of"], phase["env"]["BROKERLENS_HOME"])
+        os.environ.update(phase["env"])
+        reload_settings()
+        for name, argv, stdin in phase["commands"]:
+            sys.stdin, buffer = io.StringIO(stdin), io.StringIO()
+            with contextlib.redirect_stdout(buffer):
+                try:
+                    main(log_to_file=False, argv=argv)
+                except SystemExit as exc:
+                    assert not exc.code, f"{name}: exit {exc.code}"
+            out[name] = buffer.getvalue()
+        if phase.get("publish"):
+            shutil.copytree(phase["env"]["BROKERLENS_HOME"], phase["publish"])
+            Path(phase["publish"] + ".done").touch()
+            pending.remove(phase["publish"])
+except BaseException:
+    for published in pending:  # the processes waiting for it fail at once
+        Path(published + ".failed").touch()
+    raise
 print(json.dumps(out))
 """
 
@@ -155,23 +187,31 @@ def tables(home: Path) -> dict[str, list[str]]:
     return out
 
 
+STEPS = [(f"{stage} {layer or ''}".strip(), [stage, "--date", DAY.isoformat(), *(["--layer", layer] if layer else [])]) for stage, layer in DAILY_STEPS]
+BUILD_STEPS, DELIVER_STEPS = STEPS[:5], STEPS[5:]  # land to build gold; alert and report
+
+
 def in_zone(zone: str, landing: Path, built: Path, root: Path) -> dict[str, object]:
-    """Under ``TZ=zone``: ``brokerlens run`` on a copy of ``landing`` (not under UTC, this
-    process's own zone), then the read commands on a copy of the ``built`` home."""
-    read_home = root / "read"
-    shutil.copytree(built, read_home)
+    """Under ``TZ=zone``: the daily pipeline on a copy of ``landing`` (not under UTC, this
+    process's own zone; Los Angeles publishes its home as ``built`` after build gold), then the
+    read commands on a copy of ``built``."""
+    root.mkdir(parents=True)
     phases, inboxes, controllers = [], {}, []
     for phase in ("run", "read") if zone != "UTC" else ("read",):
         inbox = inboxes[phase] = Inbox()
         controller = Controller(inbox, hostname="127.0.0.1", port=free_port())
         controller.start()
         controllers.append(controller)
-        home = read_home if phase == "read" else root / "run"
-        if phase == "run":
-            shutil.copytree(landing, home / "landing")
-        commands = READ_COMMANDS if phase == "read" else [("run", ["run", "--date", DAY.isoformat()], "")]
-        env = {"BROKERLENS_HOME": str(home), "AIRFLOW_CONN_SMTP_DEFAULT": smtp_url(controller.port)}
-        phases.append({"env": env, "commands": commands})
+        env = {"BROKERLENS_HOME": str(root / phase), "AIRFLOW_CONN_SMTP_DEFAULT": smtp_url(controller.port)}
+        if phase == "read":
+            phases.append({"env": env, "copy_of": str(built), "commands": READ_COMMANDS})
+        elif zone == "America/Los_Angeles":
+            shutil.copytree(landing, root / phase / "landing")
+            phases.append({"env": env, "commands": [(f"run {n}", argv, "") for n, argv in BUILD_STEPS], "publish": str(built)})
+            phases.append({"env": env, "commands": [(f"run {n}", argv, "") for n, argv in DELIVER_STEPS]})
+        else:
+            shutil.copytree(landing, root / phase / "landing")
+            phases.append({"env": env, "commands": [("run", ["run", "--date", DAY.isoformat()], "")]})
     try:
         run = subprocess.run(
             [sys.executable, "-c", DRIVER, json.dumps(phases)],
@@ -186,6 +226,7 @@ def in_zone(zone: str, landing: Path, built: Path, root: Path) -> dict[str, obje
             controller.stop()
     assert run.returncode == 0, f"TZ={zone}\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}"
     out = json.loads(run.stdout.splitlines()[-1])
+    read_home = root / "read"
     report = (read_home / "reports" / DAY.isoformat() / f"brokerlens-{DAY}.html").read_text()
     out["report"] = re.sub(r"Generated [^<]*UTC", "Generated (when)", report.replace(str(read_home), "HOME"))
     out["alert"] = [line.replace(str(read_home), "HOME") for line in out["alert"].splitlines() if "sent to" in line]
@@ -196,7 +237,7 @@ def in_zone(zone: str, landing: Path, built: Path, root: Path) -> dict[str, obje
     return out
 
 
-def test_tables_mails_and_printed_instants_are_the_same_in_every_zone(tmp_path, spark, settings, brokerlens_home):
+def test_tables_mails_and_printed_instants_are_the_same_in_every_zone(tmp_path, monkeypatch, spark, settings):
     run_stage("demo-data", DAY, settings, scale=0.01, seed=7)
     prev, nxt = DAY - timedelta(days=1), DAY + timedelta(days=1)
     # The first and the last instant of the day are on the day; a millisecond before or after,
@@ -212,15 +253,12 @@ def test_tables_mails_and_printed_instants_are_the_same_in_every_zone(tmp_path, 
         )
         + "\n"
     )
-    landing = shutil.copytree(settings.landing, tmp_path / "landing")
-    for stage, layer in DAILY_STEPS[:5]:  # land to build gold, each layer validated
-        run_stage(stage, DAY, settings, **({"layer": layer} if layer else {}))
-
+    built = tmp_path / "built"
     zones = ("UTC", *ZONES)
     with ThreadPoolExecutor(len(zones)) as pool:
-        outputs = dict(zip(zones, pool.map(lambda z: in_zone(z, landing, brokerlens_home, tmp_path / z.replace("/", "_")), zones)))
+        outputs = dict(zip(zones, pool.map(lambda z: in_zone(z, settings.landing, built, tmp_path / z.replace("/", "_")), zones)))
 
-    # `brokerlens run` under either zone: the same tables and mails.
+    # The daily pipeline under either zone (`brokerlens run`, or a command per step): the same tables and mails.
     first, other = ZONES
     tables_first = outputs[first]["run tables"]
     assert {"bronze_dispatch", "dispatch_periods", "cursor_ranges", "hole_alerts", "alert_notifications"} <= set(tables_first)
@@ -249,6 +287,8 @@ def test_tables_mails_and_printed_instants_are_the_same_in_every_zone(tmp_path, 
     stamp = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$")
     assert len(snapshots) == 12 and all(stamp.match(r["snapshot_at"]) for r in snapshots), snapshots
     # What Spark holds, written by Spark itself in this process's UTC session.
+    monkeypatch.setenv("BROKERLENS_HOME", str(built))
+    reload_settings()
     _, held = run_sql(SNAPSHOTS.replace("snapshot_at, forecast_cap_at FROM", "date_format(snapshot_at, \"yyyy-MM-dd'T'HH:mm:ss'Z'\") AS t FROM"))
     assert [r["snapshot_at"] for r in snapshots] == [r["t"] for r in held]
     assert stamp.match(snapshots[0]["forecast_cap_at"]), snapshots[0]
