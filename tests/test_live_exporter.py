@@ -38,6 +38,7 @@ from pulsar_broker import pulsar_interceptor, pulsar_jars
 pytestmark = pytest.mark.pulsar
 
 Q, BATCH, SUB = 50, 5, "s"
+SMALL_QUEUE = 10  # idle-small's receiver queue: its reads are of at most 10 messages
 RATE = {"dispatchThrottlingRateInMsg": Q, "dispatchThrottlingRateInByte": -1, "ratePeriodInSecond": 1, "relativeToPublishRate": False}
 COUNTS_SECONDS = 8
 
@@ -85,7 +86,7 @@ def experiments(broker) -> dict:
         t = limited("batched", 400, batch=BATCH)
         seen["batched"] = (t, consume(client, t, SUB, 6))
         t = limited("idle-small", 300)
-        seen["idle-small"] = (t, consume(client, t, SUB, 4, queue=10))
+        seen["idle-small"] = (t, consume(client, t, SUB, 4, queue=SMALL_QUEUE))
         t = limited("idle-large", 300)
         seen["idle-large"] = (t, consume(client, t, SUB, 4))
         t = topic("broker-limit")
@@ -213,12 +214,14 @@ def test_token_bucket_after_idle_at_period_grain(day):
     the epoch, the bucket's refills to its first read: a read that straddles an exporter second
     moves a few messages into the next one, so k consecutive periods hold at most (k + 1) q, and
     the model can find up to one quota over where the broker held (the loaded run: 14)."""
-    for name in ("idle-small", "idle-large"):
+    for name, one_read in (("idle-small", SMALL_QUEUE), ("idle-large", 0)):
         msgs = [r["msgs"] for r in rows(day, name)]
         nonzero = [m for m in msgs if m]
         # No 2q in the first period; the first quota's reads can straddle two exporter seconds
-        # ([46, 4, 50, 50, 50] on a loaded machine).
-        assert nonzero[0] <= Q <= sum(nonzero[:2]), (name, msgs)
+        # ([46, 4, 50, 50, 50] on a loaded machine), and with small reads one read of the next
+        # quota can fall in the first one ([55, 47, 50, 50] on a loaded machine; the bound allows
+        # one small read, the receiver queue's 10, not the 2q of apache/pulsar#24012).
+        assert nonzero[0] <= Q + one_read and sum(nonzero[:2]) >= Q, (name, msgs)
         for i in range(len(msgs)):
             for j in range(i + 1, len(msgs) + 1):
                 assert sum(msgs[i:j]) <= (j - i + 1) * Q, (name, msgs)
