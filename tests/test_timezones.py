@@ -205,12 +205,12 @@ def in_zone(zone: str, landing: Path, built: Path, root: Path) -> dict[str, obje
         env = {"BROKERLENS_HOME": str(root / phase), "AIRFLOW_CONN_SMTP_DEFAULT": smtp_url(controller.port)}
         if phase == "read":
             phases.append({"env": env, "copy_of": str(built), "commands": READ_COMMANDS})
-        elif zone == "America/Los_Angeles":
-            shutil.copytree(landing, root / phase / "landing")
+            continue
+        shutil.copytree(landing, root / phase / "landing")
+        if zone == "America/Los_Angeles":
             phases.append({"env": env, "commands": [(f"run {n}", argv, "") for n, argv in BUILD_STEPS], "publish": str(built)})
             phases.append({"env": env, "commands": [(f"run {n}", argv, "") for n, argv in DELIVER_STEPS]})
         else:
-            shutil.copytree(landing, root / phase / "landing")
             phases.append({"env": env, "commands": [("run", ["run", "--date", DAY.isoformat()], "")]})
     try:
         run = subprocess.run(
