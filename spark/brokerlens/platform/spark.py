@@ -50,8 +50,9 @@ SQL_CONF = {
     "spark.sql.sources.parallelPartitionDiscovery.parallelism": "8",
     # Spark keeps this many compiled classes of generated code (default 100). A daily run
     # compiles about 1,650 distinct ones (land to gold), so with 100 each stage recompiled what
-    # the last one evicted: 2,300 compilations a run, a quarter of a small day's time. Enough for
-    # one run's plans and the few that change with the day (a date literal is part of the code).
+    # the last one evicted: 2,300 compilations a run (a small day's next run: 87-94 s, 73-80 s
+    # with 4,096). Enough for one run's plans and those that change with the day (a date literal
+    # is part of the generated code).
     "spark.sql.codegen.cache.maxEntries": "4096",
     "spark.sql.ansi.enabled": "false",
     # Progress bars would interleave with command output; long steps report progress themselves.
