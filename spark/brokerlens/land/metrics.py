@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from datetime import date
 
-from pyspark.sql import DataFrame, Window
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from .checks import (
@@ -55,7 +55,9 @@ HEADER = (
 _HEADER = r"^#\s*brokerlens:\s*(.*)$"
 _TYPE = r"^#\s*TYPE\s+([a-zA-Z_:][a-zA-Z0-9_:]*)\s+(\S+)\s*$"
 _SAMPLE = r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})?[ \t]+(\S+)([ \t]+(-?[0-9]+))?[ \t]*$"
-_LABEL = r'([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"'
+# A label value: runs of plain characters between escapes (`\"`, `\\`, `\n`), which Java's regex
+# engine matches without a backtracking step per character, as `(?:[^"\\]|\\.)*` takes.
+_LABEL = r'([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"([^"\\]*(?:\\.[^"\\]*)*)"'
 _FAMILY_SUFFIX = r"_(bucket|sum|count|total|created)$"
 _FILE_NAME = r"([^/@]+?)(@[^/]*)?\.prom(\.gz|\.bz2)?$"
 _SKIPPED = "the file's samples are not landed"
@@ -81,112 +83,32 @@ def broker_from_file(source_file: F.Column) -> F.Column:
 
 
 def parse(records: DataFrame, day: date) -> DataFrame:
-    raw = F.trim("raw")
-    lines = records.withColumn(
-        "_class",
-        F.when(raw.rlike(_HEADER), "header").when(raw.rlike(_TYPE), "type").when(raw.startswith("#"), "comment").otherwise("sample"),
+    lines = _lines(records, day)
+    files = _files(lines)
+    c, h = F.col("_class"), F.col("_header")
+    header_bad = h["problem"].isNotNull()
+    clusterless = F.col("_has_samples") & h["t"]["cluster"].isNull() & F.col("_file_cluster").isNull()
+    bad_header_line = (c == "header") & (F.col("line") == h["line"]) & header_bad
+    kept = lines.join(F.broadcast(files), "source_file").where(
+        ((c == "sample") & ~header_bad & ~clusterless) | ((c == "type") & F.col("_type_problem").isNotNull()) | bad_header_line
     )
-
-    # Optional header: the first `# brokerlens:` line of each file.
-    header_text = F.regexp_extract(raw, _HEADER, 1)
-    keys, typed = parse_object(header_text, HEADER)
-    first = Window.partitionBy("source_file").orderBy("line")
-    headers = lines.where(F.col("_class") == "header").withColumn("_n", F.row_number().over(first)).where("_n = 1").withColumns({"_k": keys, "_t": typed})
-    header_problem = first_problem(
-        [*malformed_json(header_text, F.col("_k"), "header: "), *field_problems(map_object(F.col("_k"), F.col("_t")), HEADER, day, "header ")]
-    )
-    headers = headers.withColumn("problem", header_problem)
-    bad_headers = headers.where(F.col("problem").isNotNull()).withColumn("problem", _problem_with_suffix(F.col("problem")))
-    good_headers = headers.where(F.col("problem").isNull()).select(
-        "source_file",
-        F.col("_t.collected_at").alias("_h_collected_at"),
-        F.col("_t.cluster").alias("_h_cluster"),
-        F.col("_t.broker").alias("_h_broker"),
-    )
-
-    # TYPE lines: family -> type, per file (a scrape file holding several scrapes repeats them).
-    family_type = F.regexp_extract(raw, _TYPE, 2)
-    types = lines.where(F.col("_class") == "type").select(
-        "*",
-        F.regexp_extract(raw, _TYPE, 1).alias("family"),
-        family_type.alias("metric_type"),
-        F.when(
-            ~family_type.isin(*METRIC_TYPES),
-            _problem(
-                "unknown-enum",
-                F.concat(F.lit("# TYPE "), family_type, F.lit(f" is not one of {', '.join(METRIC_TYPES)}")),
-            ),
-        ).alias("problem"),
-    )
-    bad_types = types.where(F.col("problem").isNotNull())
-    good_types = types.where(F.col("problem").isNull()).groupBy("source_file", "family").agg(F.min("metric_type").alias("metric_type"))
-
-    # Samples.
-    match = raw.rlike(_SAMPLE)
-    labels_text = F.regexp_extract(raw, _SAMPLE, 3)
-    value_text = F.regexp_extract(raw, _SAMPLE, 4)
-    stamp_text = F.regexp_extract(raw, _SAMPLE, 6)
-    samples = lines.where(F.col("_class") == "sample").select(
-        "*",
-        F.when(match, F.regexp_extract(raw, _SAMPLE, 1)).alias("metric"),
-        F.map_from_arrays(
-            F.regexp_extract_all(labels_text, F.lit(_LABEL), 1),
-            F.transform(
-                F.regexp_extract_all(labels_text, F.lit(_LABEL), 2),
-                lambda v: F.regexp_replace(F.regexp_replace(v, r'\\(["\\])', "$1"), r"\\n", "\n"),
-            ),
-        ).alias("labels"),
-        _value(value_text).alias("value"),
-        F.when(stamp_text != "", F.timestamp_millis(stamp_text.cast("bigint"))).alias("sample_timestamp"),
-    )
-    # Where each file's samples belong: its header, else its own labels, timestamps and name.
-    files = (
-        samples.groupBy("source_file")
-        .agg(
-            F.max(F.col("labels")["cluster"]).alias("_file_cluster"),
-            F.max("sample_timestamp").alias("_file_stamp"),
-        )
-        .join(good_headers, "source_file", "left")
-        .join(bad_headers.select("source_file"), "source_file", "left_anti")
-    )
-    clusterless = files.where(F.col("_h_cluster").isNull() & F.col("_file_cluster").isNull()).select("source_file")
-    samples = samples.join(F.broadcast(files.join(clusterless, "source_file", "left_anti")), "source_file")
-    no_cluster = (
-        lines.select("source_file", "ingested_at")
-        .distinct()
-        .join(clusterless, "source_file")
-        .select(
-            "source_file",
-            F.lit(None).cast("int").alias("line"),
-            F.lit(None).cast("string").alias("raw"),
-            "ingested_at",
-            _problem(
-                MISSING_FIELD,
-                F.lit(f"no sample has a 'cluster' label and there is no '# brokerlens: {{...}}' header: {_SKIPPED}"),
-            ).alias("problem"),
-        )
-    )
-    exact = good_types.withColumnRenamed("family", "metric").withColumnRenamed("metric_type", "_exact_type")
-    stripped = good_types.withColumnRenamed("family", "_family").withColumnRenamed("metric_type", "_family_type")
-    samples = (
-        samples.join(exact, ["source_file", "metric"], "left")
-        .withColumn("_family", F.regexp_replace("metric", _FAMILY_SUFFIX, ""))
-        .join(stripped, ["source_file", "_family"], "left")
-        .withColumn("metric_type", F.coalesce("_exact_type", "_family_type"))
-    )
+    types = F.col("_types")
+    metric = F.col("metric")
     start, end = day_bounds(day)
     stamp = F.col("sample_timestamp")
-    file_time_only = F.col("_h_collected_at").isNull() & F.col("_file_stamp").isNull()
+    value_text, stamp_text = F.col("_value_text"), F.col("_stamp_text")
+    file_time_only = h["t"]["collected_at"].isNull() & F.col("_file_stamp").isNull()
     mtime = F.col("ingested_at")
+    metric_type = F.coalesce(types[metric], types[F.regexp_replace(metric, _FAMILY_SUFFIX, "")])
     sample_problem = first_problem(
         [
-            (PRIORITY.index(MALFORMED_LINE), ~match, MALFORMED_LINE, F.lit("not a Prometheus sample: name{labels} value [timestamp]")),
+            (PRIORITY.index(MALFORMED_LINE), metric.isNull(), MALFORMED_LINE, F.lit("not a Prometheus sample: name{labels} value [timestamp]")),
             (PRIORITY.index(WRONG_TYPE), F.col("value").isNull(), WRONG_TYPE, F.concat(F.lit("sample value is not a number: "), value_text)),
             (
                 PRIORITY.index(NEGATIVE_COUNTER),
                 (F.col("metric_type") == "counter") & (F.col("value") < 0),
                 NEGATIVE_COUNTER,
-                F.concat(F.lit("counter "), F.col("metric"), F.lit(" is negative: "), value_text),
+                F.concat(F.lit("counter "), metric, F.lit(" is negative: "), value_text),
             ),
             (
                 PRIORITY.index(OUTSIDE_DAY),
@@ -207,11 +129,11 @@ def parse(records: DataFrame, day: date) -> DataFrame:
             duplicate_problem(),
         ]
     )
-    rows = samples.select(
+    rows = kept.withColumn("metric_type", metric_type).select(
         F.lit(day).alias("day"),
-        F.coalesce("_h_collected_at", "sample_timestamp", "_file_stamp", "ingested_at").alias("collected_at"),
-        F.coalesce("_h_cluster", F.col("labels")["cluster"], "_file_cluster").alias("cluster"),
-        F.coalesce("_h_broker", F.nullif(broker_from_file(F.col("source_file")), F.lit(""))).alias("broker"),
+        F.coalesce(h["t"]["collected_at"], "sample_timestamp", "_file_stamp", "ingested_at").alias("collected_at"),
+        F.coalesce(h["t"]["cluster"], F.col("labels")["cluster"], "_file_cluster").alias("cluster"),
+        F.coalesce(h["t"]["broker"], F.nullif(broker_from_file(F.col("source_file")), F.lit(""))).alias("broker"),
         "metric",
         "metric_type",
         "labels",
@@ -221,12 +143,97 @@ def parse(records: DataFrame, day: date) -> DataFrame:
         "line",
         "raw",
         "ingested_at",
-        sample_problem.alias("problem"),
+        F.when(bad_header_line, _problem_with_suffix(h["problem"])).when(c == "type", F.col("_type_problem")).otherwise(sample_problem).alias("problem"),
     )
-    quarantine_only = [frame.select("source_file", "line", "raw", "ingested_at", "problem") for frame in (bad_headers, no_cluster, bad_types)]
-    for frame in quarantine_only:
-        rows = rows.unionByName(frame, allowMissingColumns=True)
-    return rows
+    # A file whose samples have no cluster: one quarantine row, none of its samples lands.
+    no_cluster = files.where(~header_bad & clusterless).select(
+        "source_file",
+        F.lit(None).cast("int").alias("line"),
+        F.lit(None).cast("string").alias("raw"),
+        F.col("_file_ingested_at").alias("ingested_at"),
+        _problem(
+            MISSING_FIELD,
+            F.lit(f"no sample has a 'cluster' label and there is no '# brokerlens: {{...}}' header: {_SKIPPED}"),
+        ).alias("problem"),
+    )
+    return rows.unionByName(no_cluster, allowMissingColumns=True)
+
+
+def _lines(records: DataFrame, day: date) -> DataFrame:
+    """Each line classified (header, type, comment, sample) and parsed as its class asks, once:
+    the per-file summary and the rows both read these columns."""
+    raw = F.trim("raw")
+    c = F.col("_class")
+    lines = records.withColumn(
+        "_class",
+        F.when(raw.rlike(_HEADER), "header").when(raw.rlike(_TYPE), "type").when(raw.startswith("#"), "comment").otherwise("sample"),
+    )
+    # Header `# brokerlens: {...}`: only a file's first one counts (:func:`_files`).
+    header_text = F.regexp_extract(raw, _HEADER, 1)
+    keys, typed = parse_object(header_text, HEADER)
+    lines = lines.withColumns({"_k": F.when(c == "header", keys), "_t": F.when(c == "header", typed)})
+    header_problem = first_problem(
+        [*malformed_json(header_text, F.col("_k"), "header: "), *field_problems(map_object(F.col("_k"), F.col("_t")), HEADER, day, "header ")]
+    )
+    # `# TYPE family type`: a family's type in this file.
+    family_type = F.regexp_extract(raw, _TYPE, 2)
+    type_problem = _problem(
+        "unknown-enum",
+        F.concat(F.lit("# TYPE "), family_type, F.lit(f" is not one of {', '.join(METRIC_TYPES)}")),
+    )
+    # A sample `name{labels} value [timestamp_ms]`.
+    is_sample = c == "sample"
+    labels_text = F.regexp_extract(raw, _SAMPLE, 3)
+    value_text = F.regexp_extract(raw, _SAMPLE, 4)
+    stamp_text = F.regexp_extract(raw, _SAMPLE, 6)
+    labels = F.map_from_arrays(
+        F.regexp_extract_all(labels_text, F.lit(_LABEL), 1),
+        F.transform(
+            F.regexp_extract_all(labels_text, F.lit(_LABEL), 2),
+            lambda v: F.when(v.contains("\\"), F.regexp_replace(F.regexp_replace(v, r'\\(["\\])', "$1"), r"\\n", "\n")).otherwise(v),
+        ),
+    )
+    return lines.select(
+        "source_file",
+        "line",
+        "raw",
+        "ingested_at",
+        "duplicate_of",
+        "_class",
+        F.when(c == "header", F.struct(F.col("line"), header_problem.alias("problem"), F.col("_t").alias("t"))).alias("_header_line"),
+        F.when(c == "type", F.regexp_extract(raw, _TYPE, 1)).alias("family"),
+        F.when((c == "type") & family_type.isin(*METRIC_TYPES), family_type).alias("_family_type"),
+        F.when((c == "type") & ~family_type.isin(*METRIC_TYPES), type_problem).alias("_type_problem"),
+        F.when(is_sample & raw.rlike(_SAMPLE), F.regexp_extract(raw, _SAMPLE, 1)).alias("metric"),
+        F.when(is_sample, labels).alias("labels"),
+        F.when(is_sample, _value(value_text)).alias("value"),
+        F.when(is_sample & (stamp_text != ""), F.timestamp_millis(stamp_text.cast("bigint"))).alias("sample_timestamp"),
+        F.when(is_sample, value_text).alias("_value_text"),
+        F.when(is_sample, stamp_text).alias("_stamp_text"),
+    )
+
+
+def _files(lines: DataFrame) -> DataFrame:
+    """One row per file: its first header line (``_header``: line, problem, typed fields), its
+    families' types (``_types``, the first by name where a family is typed twice), the largest
+    ``cluster`` label and sample timestamp, whether it has samples, when it landed. Aggregated by
+    family first, so that only a few rows per file reach the map."""
+    by_family = lines.groupBy("source_file", "family").agg(
+        F.min("_family_type").alias("_family_type"),
+        F.min_by("_header_line", "_header_line.line").alias("_header"),
+        F.max(F.col("labels")["cluster"]).alias("_file_cluster"),
+        F.max("sample_timestamp").alias("_file_stamp"),
+        F.max(F.col("_class") == "sample").alias("_has_samples"),
+        F.max("ingested_at").alias("_file_ingested_at"),
+    )
+    return by_family.groupBy("source_file").agg(
+        F.map_from_entries(F.collect_list(F.when(F.col("_family_type").isNotNull(), F.struct("family", "_family_type")))).alias("_types"),
+        F.min_by("_header", "_header.line").alias("_header"),
+        F.max("_file_cluster").alias("_file_cluster"),
+        F.max("_file_stamp").alias("_file_stamp"),
+        F.max("_has_samples").alias("_has_samples"),
+        F.max("_file_ingested_at").alias("_file_ingested_at"),
+    )
 
 
 def _problem_with_suffix(problem: F.Column) -> F.Column:
