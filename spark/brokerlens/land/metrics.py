@@ -84,7 +84,8 @@ def broker_from_file(source_file: F.Column) -> F.Column:
 
 def parse(records: DataFrame, day: date) -> DataFrame:
     lines = _lines(records, day)
-    files = _files(lines)
+    by_family = _by_family(lines)
+    files = _files(by_family)
     c, h = F.col("_class"), F.col("_header")
     header_bad = h["problem"].isNotNull()
     clusterless = F.col("_has_samples") & h["t"]["cluster"].isNull() & F.col("_file_cluster").isNull()
@@ -92,14 +93,21 @@ def parse(records: DataFrame, day: date) -> DataFrame:
     kept = lines.join(F.broadcast(files), "source_file").where(
         ((c == "sample") & ~header_bad & ~clusterless) | ((c == "type") & F.col("_type_problem").isNotNull()) | bad_header_line
     )
-    types = F.col("_types")
+    # A sample's type: its family's `# TYPE` in its file, by its name or by the name without a
+    # suffix (`_bucket`, `_sum`, ...). Joined, not broadcast: a day of scrapes holds thousands of
+    # files, each typing a few hundred families.
+    types = by_family.where(F.col("_family_type").isNotNull()).select("source_file", "family", "_family_type")
+    kept = (
+        kept.join(types.withColumnsRenamed({"family": "metric", "_family_type": "_exact_type"}), ["source_file", "metric"], "left")
+        .withColumn("_family", F.regexp_replace("metric", _FAMILY_SUFFIX, ""))
+        .join(types.withColumnsRenamed({"family": "_family", "_family_type": "_stripped_type"}), ["source_file", "_family"], "left")
+    )
     metric = F.col("metric")
     start, end = day_bounds(day)
     stamp = F.col("sample_timestamp")
     value_text, stamp_text = F.col("_value_text"), F.col("_stamp_text")
     file_time_only = h["t"]["collected_at"].isNull() & F.col("_file_stamp").isNull()
     mtime = F.col("ingested_at")
-    metric_type = F.coalesce(types[metric], types[F.regexp_replace(metric, _FAMILY_SUFFIX, "")])
     sample_problem = first_problem(
         [
             (PRIORITY.index(MALFORMED_LINE), metric.isNull(), MALFORMED_LINE, F.lit("not a Prometheus sample: name{labels} value [timestamp]")),
@@ -129,7 +137,7 @@ def parse(records: DataFrame, day: date) -> DataFrame:
             duplicate_problem(),
         ]
     )
-    rows = kept.withColumn("metric_type", metric_type).select(
+    rows = kept.withColumn("metric_type", F.coalesce("_exact_type", "_stripped_type")).select(
         F.lit(day).alias("day"),
         F.coalesce(h["t"]["collected_at"], "sample_timestamp", "_file_stamp", "ingested_at").alias("collected_at"),
         F.coalesce(h["t"]["cluster"], F.col("labels")["cluster"], "_file_cluster").alias("cluster"),
@@ -213,12 +221,12 @@ def _lines(records: DataFrame, day: date) -> DataFrame:
     )
 
 
-def _files(lines: DataFrame) -> DataFrame:
-    """One row per file: its first header line (``_header``: line, problem, typed fields), its
-    families' types (``_types``, the first by name where a family is typed twice), the largest
-    ``cluster`` label and sample timestamp, whether it has samples, when it landed. Aggregated by
-    family first, so that only a few rows per file reach the map."""
-    by_family = lines.groupBy("source_file", "family").agg(
+def _by_family(lines: DataFrame) -> DataFrame:
+    """Per file and family (null for the lines that are not `# TYPE`): the family's first valid
+    type by name, and the file's first header line (``_header``: line, problem, typed fields),
+    largest ``cluster`` label and sample timestamp, whether it has samples, when it landed. The
+    file summary and the types both come from it, one aggregate over the lines."""
+    return lines.groupBy("source_file", "family").agg(
         F.min("_family_type").alias("_family_type"),
         F.min_by("_header_line", "_header_line.line").alias("_header"),
         F.max(F.col("labels")["cluster"]).alias("_file_cluster"),
@@ -226,8 +234,11 @@ def _files(lines: DataFrame) -> DataFrame:
         F.max(F.col("_class") == "sample").alias("_has_samples"),
         F.max("ingested_at").alias("_file_ingested_at"),
     )
+
+
+def _files(by_family: DataFrame) -> DataFrame:
+    """One row per file (:func:`_by_family`, over its families)."""
     return by_family.groupBy("source_file").agg(
-        F.map_from_entries(F.collect_list(F.when(F.col("_family_type").isNotNull(), F.struct("family", "_family_type")))).alias("_types"),
         F.min_by("_header", "_header.line").alias("_header"),
         F.max("_file_cluster").alias("_file_cluster"),
         F.max("_file_stamp").alias("_file_stamp"),
