@@ -108,50 +108,81 @@ def map_object(keys: Column, typed: Column) -> JsonObject:
 _INTEGRAL_JSON = ("TINYINT", "SMALLINT", "INT", "BIGINT")
 _FRACTIONAL_JSON = ("FLOAT", "DOUBLE")
 _NON_NUMBERS = ("NaN", "+NaN", "-NaN", "Infinity", "+Infinity", "-Infinity", "INF", "+INF", "-INF")
-# Containers keep their children as VARIANTs (read again by field) instead of text.
-_VARIANT_CONTAINERS = {"map<string,string>": "map<string,variant>", "array<string>": "array<variant>"}
+_SCALARS = (*INTEGRAL, "double", "boolean", "timestamp", "string")
+# Each field of a stats object is looked up once (variant_fields), not once per check: every
+# lookup copies the object's bytes out of the row and rebuilds the value it returns (a topic's
+# stats, 8 KB, were rebuilt about six times per envelope). Scalars come out as their own VARIANT,
+# typed by their JSON type after; containers whose members are read again by field as VARIANTs;
+# the other containers are only checked (an object, an array) and counted, as empty structs.
+_MEMBER_CONTAINERS = {"map<string,string>": "map<string,variant>", "array<string>": "array<variant>"}
+_SHAPE_CONTAINERS = {"map<string,string>": "struct<>", "array<string>": "array<struct<>>"}
 
 
 def _path(f: Field) -> str:
     return f"$.{f.key}"
 
 
-def variant_value(v: Column, f: Field) -> Column:
-    """``f``'s typed value in the VARIANT object ``v``; null when absent or of another JSON type.
+def variant_fields(v: Column, fields: tuple[Field, ...], members: tuple[str, ...] = ()) -> Column:
+    """The ``fields`` of the VARIANT object ``v``, looked up in one pass (materialise it once,
+    then :func:`typed_variant` and :func:`variant_object`); ``members``: the keys of the
+    containers whose members are read. A value of another JSON type nulls only its own field."""
+
+    def read_as(f: Field) -> str:
+        if f.type in _SCALARS:
+            return "variant"
+        return (_MEMBER_CONTAINERS if f.key in members else _SHAPE_CONTAINERS).get(f.type, f.type)
+
+    return F.try_variant_get(v, "$", f"struct<{','.join(f'`{f.key}`:{read_as(f)}' for f in fields)}>")
+
+
+def variant_value(value: Column, f: Field) -> Column:
+    """``f``'s typed value from its :func:`variant_fields` entry; null when absent or of
+    another JSON type.
 
     ``try_variant_get`` alone would cast like SQL's CAST (the string ``"123"`` to 123, 1.5 to 1):
     the value's own JSON type is checked first, so that a wrong type is one, as from_json has it.
     """
-    path = _path(f)
-    if f.type not in (*INTEGRAL, "double", "boolean", "timestamp", "string"):
-        return F.try_variant_get(v, path, _VARIANT_CONTAINERS.get(f.type, f.type))
+    if f.type not in _SCALARS:
+        return value
     if f.type == "string":
-        return F.try_variant_get(v, path, "string")
-    json_type = F.schema_of_variant(F.variant_get(v, path, "variant"))
+        return F.try_variant_get(value, "$", "string")
+    json_type = F.schema_of_variant(value)
     integral = json_type.isin(*_INTEGRAL_JSON)
     number = integral | json_type.isin(*_FRACTIONAL_JSON) | json_type.startswith("DECIMAL")
-    as_double = F.try_variant_get(v, path, "double")
+    as_double = F.try_variant_get(value, "$", "double")
     if f.type in INTEGRAL:
         # As parse_object reads them: a string holding a whole number (as protobuf's JSON writes
         # 64-bit integers) is that number too.
-        number_text = (json_type == "STRING") & F.try_variant_get(v, path, "string").rlike(_DECIMAL)
-        return F.when(integral, F.try_variant_get(v, path, f.type)).when((number | number_text) & (as_double == F.floor(as_double)), as_double.try_cast(f.type))
+        number_text = (json_type == "STRING") & F.try_variant_get(value, "$", "string").rlike(_DECIMAL)
+        return F.when(integral, F.try_variant_get(value, "$", f.type)).when(
+            (number | number_text) & (as_double == F.floor(as_double)), as_double.try_cast(f.type)
+        )
     if f.type == "double":
-        return F.when(number | ((json_type == "STRING") & F.try_variant_get(v, path, "string").isin(*_NON_NUMBERS)), as_double)
+        return F.when(number | ((json_type == "STRING") & F.try_variant_get(value, "$", "string").isin(*_NON_NUMBERS)), as_double)
     if f.type == "boolean":
-        return F.when(json_type == "BOOLEAN", F.try_variant_get(v, path, "boolean"))
-    return F.when(integral | (json_type == "STRING"), F.try_variant_get(v, path, "timestamp"))
+        return F.when(json_type == "BOOLEAN", F.try_variant_get(value, "$", "boolean"))
+    return F.when(integral | (json_type == "STRING"), F.try_variant_get(value, "$", "timestamp"))
 
 
-def typed_variant(v: Column, fields: tuple[Field, ...]) -> Column:
-    """The typed struct of the VARIANT object ``v`` (materialise it once, then :func:`variant_object`)."""
-    return F.struct(*[variant_value(v, f).alias(f.key) for f in fields])
+def typed_variant(values: Column, fields: tuple[Field, ...]) -> Column:
+    """The typed struct of a :func:`variant_fields` column (materialise it once too)."""
+    return F.struct(*[variant_value(values[f.key], f).alias(f.key) for f in fields])
 
 
-def variant_object(v: Column, typed: Column) -> JsonObject:
-    """The checks' view of the VARIANT object ``v`` whose :func:`typed_variant` is ``typed``."""
+def variant_object(v: Column, values: Column, typed: Column) -> JsonObject:
+    """The checks' view of the VARIANT object ``v``, its :func:`variant_fields` ``values`` and
+    their :func:`typed_variant` ``typed``. A container of another type is null in ``values``:
+    only then is ``v`` looked up again, to tell a wrong type from an absent key."""
 
-    return JsonObject(lambda f: has_value(F.variant_get(v, _path(f), "variant")), lambda f: F.try_variant_get(v, _path(f), "string"), lambda f: typed[f.key])
+    def present(f: Field) -> Column:
+        if f.type in _SCALARS:
+            return has_value(values[f.key])
+        return typed[f.key].isNotNull() | has_value(F.variant_get(v, _path(f), "variant"))
+
+    def text(f: Field) -> Column:
+        return F.try_variant_get(values[f.key] if f.type in _SCALARS else F.variant_get(v, _path(f), "variant"), "$", "string")
+
+    return JsonObject(present, text, lambda f: typed[f.key])
 
 
 def has_value(v: Column) -> Column:

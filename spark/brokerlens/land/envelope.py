@@ -29,6 +29,7 @@ from .checks import (
     mark_duplicates,
     member_problems,
     typed_variant,
+    variant_fields,
     variant_object,
 )
 
@@ -77,13 +78,14 @@ def explode_envelopes(records: DataFrame, day: date, children: str, verbatim: tu
     whole = whole.withColumn("line", (F.col("_pos") + 1).cast("int"))
     whole = mark_duplicates(whole).withColumnRenamed("line", "record").withColumn("line", F.lit(None).cast("int"))
     env = whole.withColumn("_env", F.try_parse_json("raw"))
-    env = env.withColumn("_t", typed_variant(F.col("_env"), FIELDS))
+    env = env.withColumn("_f", variant_fields(F.col("_env"), FIELDS))
+    env = env.withColumn("_t", typed_variant(F.col("_f"), FIELDS))
     t = F.col("_t")
     where = F.when(F.col("record") > 1, F.concat(F.lit("record "), F.col("record").cast("string"), F.lit(": "))).otherwise(F.lit(""))
     problems = [
         (PRIORITY.index(MALFORMED_JSON), F.col("_bad_array").isNotNull(), MALFORMED_JSON, F.lit("not valid JSON (an envelope or an array of envelopes)")),
         *json_problems(F.col("_env").isNotNull(), is_json_object(F.col("_env"))),
-        *field_problems(variant_object(F.col("_env"), t), FIELDS, day),
+        *field_problems(variant_object(F.col("_env"), F.col("_f"), t), FIELDS, day),
         duplicate_problem(),
     ]
     env = _with_problem(env, "problem", problems, where).withColumn("raw", F.coalesce("raw", "_file_text"))
@@ -181,9 +183,10 @@ def explode_children(
     """
     env = explode_envelopes(records, day, children, verbatim)
     envelope_problem = F.col("problem")
-    topics = env.withColumn("_ts", F.when(envelope_problem.isNull(), typed_variant(F.col("_stats"), topic_fields)))
+    topics = env.withColumn("_tf", F.when(envelope_problem.isNull(), variant_fields(F.col("_stats"), topic_fields, members=(children,))))
+    topics = topics.withColumn("_ts", F.when(F.col("_tf").isNotNull(), typed_variant(F.col("_tf"), topic_fields)))
     ts = F.col("_ts")
-    topic_problems = [*member_problems(F.col("_stats")), *field_problems(variant_object(F.col("_stats"), ts), topic_fields, day)]
+    topic_problems = [*member_problems(F.col("_stats")), *field_problems(variant_object(F.col("_stats"), F.col("_tf"), ts), topic_fields, day)]
     topics = _with_problem(topics, "_topic_problem", topic_problems, F.concat(F.col("topic"), F.lit(": ")), envelope_problem.isNull())
     good = envelope_problem.isNull() & F.col("_topic_problem").isNull()
     members = F.map_zip_with(
@@ -192,12 +195,13 @@ def explode_children(
         lambda _, child, text: F.struct(child.alias("v"), text.alias("text")),
     )
     rows = topics.select("*", F.explode_outer(F.when(good, members)).alias("child", "_child"))
-    rows = rows.withColumn("_cs", F.when(F.col("child").isNotNull(), typed_variant(F.col("_child.v"), child_fields)))
+    rows = rows.withColumn("_cf", F.when(F.col("child").isNotNull(), variant_fields(F.col("_child.v"), child_fields)))
+    rows = rows.withColumn("_cs", F.when(F.col("_cf").isNotNull(), typed_variant(F.col("_cf"), child_fields)))
     cs = F.col("_cs")
     has_child = F.col("child").isNotNull()
     child_problems = [
         *member_problems(F.col("_child.v")),
-        *field_problems(variant_object(F.col("_child.v"), cs), child_fields, day),
+        *field_problems(variant_object(F.col("_child.v"), F.col("_cf"), cs), child_fields, day),
         *extra_child_problems(cs),
     ]
     where = F.concat(F.col("topic"), F.lit(f" {label} "), F.col("child"), F.lit(": "))
