@@ -34,8 +34,10 @@ test-all: bootstrap lint ## every test, the heavy ones included
 	$(VENV)/pytest $(PYTEST_ARGS)
 
 ## make test-fast: the inner loop (about 3 minutes), the tests not marked slow (more than a few
-## seconds each: Airflow, whole CLI runs, whole stages), pulsar (the live broker) or heavy
+## seconds each: Airflow, whole CLI runs, whole stages), pulsar (the live broker) or heavy; it
+## installs the browser and Prometheus when missing, as make test does (a Prometheus test is in it)
 test-fast: bootstrap ## the inner loop: the tests of a few seconds each (no Airflow, live broker or whole stage)
+	infra/install-test-tools.sh
 	$(VENV)/pytest -m "not slow and not pulsar and not heavy" $(PYTEST_ARGS)
 
 ## make run [DAY=YYYY-MM-DD]: demo data for DAY, then the daily Airflow DAG on it (airflow dags
