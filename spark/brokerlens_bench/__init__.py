@@ -19,8 +19,9 @@ throughput without and with brokerlens' broker interceptor, alternated round by 
 Results: ``var/bench/results.json``.
 
 Memory: peak RSS of the driver JVM (in ``local[*]`` it also runs the tasks), of the Python
-driver process and of Spark's Python workers, sampled every 0.1 s by a thread; the JVM's peak
-heap use per stage from its memory pool MXBeans (reset before each stage).
+driver process and of Spark's Python workers, and the JVM's heap in use, sampled every 0.1 s by a
+thread; the peak of the JVM's old generation per stage from its memory pool MXBeans (reset before
+each stage).
 """
 
 from .dag import spark_applications, task_fixed_cost

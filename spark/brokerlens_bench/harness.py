@@ -15,7 +15,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from .generate import PERIODS_PER_DAY, Topology, write_input
-from .memory import MemorySampler, heap_peak_mb, reset_heap_peak
+from .memory import MemorySampler, heap_used, old_gen_peak_mb, reset_heap_peak
 from .stages import (
     dispatch_frame,
     duckdb_dispatch,
@@ -35,7 +35,7 @@ class Bench:
     def __init__(self, spark, cores: int):
         self.spark = spark
         self.cores = cores
-        self.sampler = MemorySampler()
+        self.sampler = MemorySampler(heap_used=heap_used(spark))
 
     def measure(self, fn: Callable[[], int], rows: int | None = None) -> dict:
         """Run ``fn`` (returns the rows it produced); ``rows`` overrides the rate's row count."""
@@ -46,12 +46,14 @@ class Bench:
         produced = fn()
         seconds = max(0.01, round(time.perf_counter() - started, 2))  # the file is self-consistent
         rows = rows if rows is not None else produced
+        memory = {**self.sampler.snapshot(), **old_gen_peak_mb(self.spark)}
+        # The old generation alone at its peak is heap in use too, if the samples missed it.
+        memory["jvm_heap_peak_mb"] = max(memory["jvm_heap_peak_mb"], memory["jvm_old_gen_peak_mb"])
         return {
             "rows": rows,
             "seconds": seconds,
             "rows_per_second_per_core": round(rows / seconds / self.cores),
-            **self.sampler.snapshot(),
-            **heap_peak_mb(self.spark),
+            **memory,
             "load_avg_1m_before": round(load, 2),
         }
 

@@ -1,22 +1,26 @@
-"""Peak memory per stage: RSS of the driver JVM, the Python driver and Spark's Python workers
-(sampled by a thread), and the JVM's heap from its memory pool MXBeans."""
+"""Peak memory per stage: RSS of the driver JVM, the Python driver and Spark's Python workers,
+and the JVM's heap in use (all sampled by a thread), and its old generation's peak from its
+memory pool MXBeans."""
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 import psutil
 
 
 class MemorySampler:
-    """Peak RSS of this process, of the driver JVM and of Spark's Python workers.
+    """Peak RSS of this process, of the driver JVM and of Spark's Python workers, and the peak of
+    ``heap_used`` (bytes, when given: the JVM's heap in use).
 
     A daemon thread samples the process tree every ``interval`` seconds; ``reset`` starts a
     new stage. Workers are summed per sample (their peak together, not each one's).
     """
 
-    def __init__(self, interval: float = 0.1):
+    def __init__(self, interval: float = 0.1, heap_used: Callable[[], int] | None = None):
         self.interval = interval
+        self.heap_used = heap_used
         self.me = psutil.Process()
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -27,6 +31,8 @@ class MemorySampler:
     def reset(self) -> None:
         with getattr(self, "_lock", threading.Lock()):
             self.peak = {"python_driver_rss_mb": 0.0, "jvm_rss_mb": 0.0, "python_workers_rss_mb": 0.0}
+            if self.heap_used is not None:
+                self.peak["jvm_heap_peak_mb"] = 0.0
 
     def _sample(self) -> None:
         driver = self.me.memory_info().rss
@@ -42,8 +48,11 @@ class MemorySampler:
             except psutil.Error:
                 continue  # a worker that just exited
         mb = 1 / 2**20
+        values = [("python_driver_rss_mb", driver), ("jvm_rss_mb", jvm), ("python_workers_rss_mb", workers)]
+        if self.heap_used is not None:
+            values.append(("jvm_heap_peak_mb", self.heap_used()))
         with self._lock:
-            for key, value in (("python_driver_rss_mb", driver), ("jvm_rss_mb", jvm), ("python_workers_rss_mb", workers)):
+            for key, value in values:
                 self.peak[key] = max(self.peak[key], round(value * mb, 1))
 
     def _run(self) -> None:
@@ -66,19 +75,22 @@ def _heap_pools(spark):
     return [p for p in pools if str(p.getType().toString()) == "Heap memory"]
 
 
+def heap_used(spark) -> Callable[[], int]:
+    """The JVM's heap in use now, in bytes, for :class:`MemorySampler`. The sum of the pools'
+    own peaks (eden, survivor, old) is no peak of the heap: each pool peaks at another time, and
+    their sum ran past the 2 GB the driver's heap can hold."""
+    memory = spark.sparkContext._jvm.java.lang.management.ManagementFactory.getMemoryMXBean()
+    return lambda: memory.getHeapMemoryUsage().getUsed()
+
+
 def reset_heap_peak(spark) -> None:
     spark.sparkContext._jvm.java.lang.System.gc()
     for pool in _heap_pools(spark):
         pool.resetPeakUsage()
 
 
-def heap_peak_mb(spark) -> dict[str, float]:
-    """Peak heap use since the last reset: all pools summed (an upper bound of the peak of the
-    sum) and the old generation alone (what survived young collections: retained memory)."""
-    total = old = 0
-    for pool in _heap_pools(spark):
-        used = pool.getPeakUsage().getUsed()
-        total += used
-        if "Old" in str(pool.getName()) or "Tenured" in str(pool.getName()):
-            old += used
-    return {"jvm_heap_peak_mb": round(total / 2**20, 1), "jvm_old_gen_peak_mb": round(old / 2**20, 1)}
+def old_gen_peak_mb(spark) -> dict[str, float]:
+    """The old generation's peak since the last reset: what survived young collections (retained
+    memory)."""
+    old = sum(pool.getPeakUsage().getUsed() for pool in _heap_pools(spark) if "Old" in str(pool.getName()) or "Tenured" in str(pool.getName()))
+    return {"jvm_old_gen_peak_mb": round(old / 2**20, 1)}

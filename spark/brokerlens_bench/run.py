@@ -100,7 +100,7 @@ def run(
                 "delivery; idle periods have no record); dispatch_periods has one row per record",
                 "rows_per_second_per_core": "rows / seconds / cores (Spark local[*] and DuckDB threads on the same cores)",
                 "memory": "peak RSS sampled every 0.1 s: the driver JVM (runs the tasks in local mode), this "
-                "Python process (DuckDB runs in it), Spark's Python workers summed; JVM heap peak from MXBeans",
+                "Python process (DuckDB runs in it), Spark's Python workers summed, and the JVM's heap in use; the JVM's old generation peak from its MXBean",
                 "large_day": "the first minutes of a generated day (brokerlens_bench.large_files) through the daily steps; "
                 "per stage rows_in are the rows of the layer it reads (landing records, bronze, silver or gold "
                 "rows), rows_out what it wrote. Projection (project_day): the seconds per minute of data (the "
