@@ -32,6 +32,15 @@ class Received:
     def first(self) -> float:
         return self.times[0][0]
 
+    def bursts(self, gap: float) -> list[int]:
+        """How many messages arrived in each run of receives that no pause of ``gap`` seconds splits."""
+        counts = [1] if self.times else []
+        for (before, _), (after, _) in zip(self.times, self.times[1:]):
+            if after - before >= gap:
+                counts.append(0)
+            counts[-1] += 1
+        return counts
+
 
 def subscribe_first(client: pulsar.Client, topic: str, subscription: str) -> None:
     """Create the durable subscription before anything is published, so the backlog is kept."""

@@ -206,17 +206,18 @@ def test_unbatched_throttled_subscription_is_not_over(day, label):
 @LABELS
 def test_first_period_after_idle_is_one_quota(day, label):
     """A consumer with a receiver queue of 10 asks for a few entries at a time, so the dispatcher
-    reads as soon as it has permits. The 4.0.7 token bucket is refilled once per period: exactly
-    50 arrive within half a second of the first, and fewer than 100 within 0.9 s (a bucket refilled
-    every 16 ms would let its capacity plus the refill, up to 100, through in that second). The classic limiter
-    renews on its own schedule, not the consumer's: at most two quotas within 0.9 s."""
+    reads as soon as it has permits. The 4.0.7 token bucket is refilled once per period: the first
+    quota arrives in one burst and the next only after a pause (a bucket refilled every 16 ms would
+    not pause). The classic limiter renews on its own schedule, not the consumer's: at most two
+    quotas within 0.9 s."""
     seen = received(day, label, "small-reads")
     if label == "token-bucket":
-        # The quota's reads arrive together and the next refill comes a period after the first
-        # read, which precedes the first receive; on a loaded machine the receive can lag the read
-        # by a few hundred ms, so a second refill's first reads can fall within 0.9 s of it (55
-        # seen): the 16 ms bucket's 2q is what must not happen.
-        assert seen.within(seen.first, 0.5) == Q and seen.within(seen.first, 0.9) < 2 * Q
+        # AsyncTokenBucket sums the tokens consumed apart (a LongAdder) and takes them in at its
+        # next update, so a read can be sized by a count that the reads just dispatched have not
+        # lowered yet: a burst can run a read of the queue over the quota, and the next refill pays
+        # it back. Seen live: bursts of 50, 50, 50 and of 55, 47, 50, each a second after the last.
+        bursts = seen.bursts(0.5)
+        assert len(bursts) >= 2 and Q <= bursts[0] <= Q + 10, bursts
     else:
         assert Q <= seen.within(seen.first, 0.9) <= 2 * Q
     assert daily_row(day, label, "small-reads")["excess_msgs"] == 0
