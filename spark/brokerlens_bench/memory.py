@@ -12,13 +12,13 @@ import psutil
 
 class MemorySampler:
     """Peak RSS of this process, of the driver JVM and of Spark's Python workers, and the peak of
-    ``heap_used`` (bytes, when given: the JVM's heap in use).
+    ``heap_used`` (bytes: the JVM's heap in use).
 
     A daemon thread samples the process tree every ``interval`` seconds; ``reset`` starts a
     new stage. Workers are summed per sample (their peak together, not each one's).
     """
 
-    def __init__(self, interval: float = 0.1, heap_used: Callable[[], int] | None = None):
+    def __init__(self, heap_used: Callable[[], int], interval: float = 0.1):
         self.interval = interval
         self.heap_used = heap_used
         self.me = psutil.Process()
@@ -30,9 +30,7 @@ class MemorySampler:
 
     def reset(self) -> None:
         with getattr(self, "_lock", threading.Lock()):
-            self.peak = {"python_driver_rss_mb": 0.0, "jvm_rss_mb": 0.0, "python_workers_rss_mb": 0.0}
-            if self.heap_used is not None:
-                self.peak["jvm_heap_peak_mb"] = 0.0
+            self.peak = {"python_driver_rss_mb": 0.0, "jvm_rss_mb": 0.0, "python_workers_rss_mb": 0.0, "jvm_heap_peak_mb": 0.0}
 
     def _sample(self) -> None:
         driver = self.me.memory_info().rss
@@ -48,9 +46,7 @@ class MemorySampler:
             except psutil.Error:
                 continue  # a worker that just exited
         mb = 1 / 2**20
-        values = [("python_driver_rss_mb", driver), ("jvm_rss_mb", jvm), ("python_workers_rss_mb", workers)]
-        if self.heap_used is not None:
-            values.append(("jvm_heap_peak_mb", self.heap_used()))
+        values = [("python_driver_rss_mb", driver), ("jvm_rss_mb", jvm), ("python_workers_rss_mb", workers), ("jvm_heap_peak_mb", self.heap_used())]
         with self._lock:
             for key, value in values:
                 self.peak[key] = max(self.peak[key], round(value * mb, 1))

@@ -165,8 +165,8 @@ def variant_value(value: Column, f: Field) -> Column:
 
 
 def typed_variant(values: Column, fields: tuple[Field, ...]) -> Column:
-    """The typed struct of a :func:`variant_fields` column (materialise it once too)."""
-    return F.struct(*[variant_value(values[f.key], f).alias(f.key) for f in fields])
+    """The typed struct of a :func:`variant_fields` column, null where it is (materialise it once too)."""
+    return F.when(values.isNotNull(), F.struct(*[variant_value(values[f.key], f).alias(f.key) for f in fields]))
 
 
 def variant_object(v: Column, values: Column, typed: Column) -> JsonObject:

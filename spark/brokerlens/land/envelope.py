@@ -184,7 +184,7 @@ def explode_children(
     env = explode_envelopes(records, day, children, verbatim)
     envelope_problem = F.col("problem")
     topics = env.withColumn("_tf", F.when(envelope_problem.isNull(), variant_fields(F.col("_stats"), topic_fields, members=(children,))))
-    topics = topics.withColumn("_ts", F.when(F.col("_tf").isNotNull(), typed_variant(F.col("_tf"), topic_fields)))
+    topics = topics.withColumn("_ts", typed_variant(F.col("_tf"), topic_fields))
     ts = F.col("_ts")
     topic_problems = [*member_problems(F.col("_stats")), *field_problems(variant_object(F.col("_stats"), F.col("_tf"), ts), topic_fields, day)]
     topics = _with_problem(topics, "_topic_problem", topic_problems, F.concat(F.col("topic"), F.lit(": ")), envelope_problem.isNull())
@@ -196,7 +196,7 @@ def explode_children(
     )
     rows = topics.select("*", F.explode_outer(F.when(good, members)).alias("child", "_child"))
     rows = rows.withColumn("_cf", F.when(F.col("child").isNotNull(), variant_fields(F.col("_child.v"), child_fields)))
-    rows = rows.withColumn("_cs", F.when(F.col("_cf").isNotNull(), typed_variant(F.col("_cf"), child_fields)))
+    rows = rows.withColumn("_cs", typed_variant(F.col("_cf"), child_fields))
     cs = F.col("_cs")
     has_child = F.col("child").isNotNull()
     child_problems = [
