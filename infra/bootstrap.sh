@@ -51,10 +51,12 @@ if [ -z "$PYTHON" ]; then
 fi
 
 # The Delta Lake JARs matching the pinned delta-spark, fetched once into ~/.cache/brokerlens/jars
-# by Spark's own Ivy, and brokerlens' own JAR, compiled once per source (platform/jars.py); a
+# by Spark's own Ivy, brokerlens' own JAR, compiled once per source (platform/jars.py), and the
+# JVM's class archive beside them, recorded once (platform/spark.py: sessions start sooner); a
 # no-op when they are there.
 fetch_jars() {
   .venv/bin/python -m brokerlens.platform.jars >/dev/null || exit 1
+  .venv/bin/python -m brokerlens.platform.spark >/dev/null
   build_interceptor
 }
 

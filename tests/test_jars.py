@@ -54,3 +54,14 @@ def test_unreachable_repository_is_one_clear_line(tmp_path):
     assert "could not fetch the Delta Lake JARs io.delta:delta-spark_" in errors[0]
     assert "Maven Central" in errors[0] and "BROKERLENS_JARS_DIR" in errors[0]
     assert proc.stdout == ""
+
+
+def test_a_local_session_maps_the_class_archive_the_bootstrap_recorded(spark):
+    from brokerlens.platform.spark import class_archive
+
+    archive = class_archive()
+    assert archive.is_file(), "infra/bootstrap.sh records it (python -m brokerlens.platform.spark)"
+    jvm = spark.sparkContext._jvm
+    assert f"-XX:SharedArchiveFile={archive}" in list(jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments())
+    # "sharing": the JVM mapped an archive ("mixed mode" alone with a file that is no archive).
+    assert "sharing" in jvm.java.lang.System.getProperty("java.vm.info")
