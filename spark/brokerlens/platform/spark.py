@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -113,8 +114,12 @@ def java_options() -> str:
 
 
 def class_archive() -> Path:
-    """Where the class archive of this pyspark and these session JARs is (:func:`record_class_archive`)."""
-    digest = hashlib.sha256(pyspark.__version__.encode())
+    """Where the class archive of this Java, this pyspark and these session JARs is
+    (:func:`record_class_archive`). The JVM takes an archive only on the class path it was
+    recorded with, so another venv's pyspark gets its own."""
+    java_home = os.environ.get("JAVA_HOME")
+    java = shutil.which("java", path=f"{java_home}/bin" if java_home else None)
+    digest = hashlib.sha256(f"{os.path.realpath(java) if java else ''}\0{Path(pyspark.__file__).parent}\0{pyspark.__version__}".encode())
     for jar in session_jars():
         digest.update(b"\0" + jar.name.encode())
     return cache_dir() / f"spark-classes-{digest.hexdigest()[:16]}.jsa"
