@@ -9,7 +9,6 @@ import subprocess
 import sys
 
 import pyspark
-import pytest
 
 from brokerlens.platform import jars
 
@@ -57,9 +56,10 @@ def test_unreachable_repository_is_one_clear_line(tmp_path):
 
 
 def test_a_local_session_maps_the_class_archive_the_bootstrap_recorded(spark):
+    from brokerlens.platform.jars import session_jars
     from brokerlens.platform.spark import class_archive
 
-    archive = class_archive()
+    archive = class_archive(session_jars())
     assert archive.is_file(), "infra/bootstrap.sh records it (python -m brokerlens.platform.spark)"
     jvm = spark.sparkContext._jvm
     assert f"-XX:SharedArchiveFile={archive}" in list(jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments())

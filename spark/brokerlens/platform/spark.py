@@ -83,22 +83,24 @@ def get_spark(settings: Settings | None = None) -> SparkSession:
     settings = settings or get_settings()
     java_opts = java_options()
     builder = SparkSession.builder.appName(settings.spark.app_name)
-    if not under_spark_submit():
+    local = not under_spark_submit()
+    jars = session_jars() if local else []
+    if local:
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         builder = (
             builder.master(settings.spark.master)
             .config("spark.driver.memory", settings.spark.driver_memory)
             .config("spark.driver.host", "127.0.0.1")
             .config("spark.driver.bindAddress", "127.0.0.1")
-            .config("spark.driver.extraJavaOptions", f"{java_opts} {class_archive_options()}".strip())
+            .config("spark.driver.extraJavaOptions", f"{java_opts} {class_archive_options(jars)}".strip())
             .config("spark.executor.extraJavaOptions", java_opts)
         )
     builder = builder.config("spark.sql.shuffle.partitions", str(settings.spark.shuffle_partitions))
     builder = builder.config("spark.ui.enabled", str(settings.spark.ui).lower())
     for key, value in {**SQL_CONF, **settings.spark.conf, SESSION_ZONE: "UTC"}.items():
         builder = builder.config(key, value)
-    if not under_spark_submit():
-        builder = builder.config("spark.jars", ",".join(str(p) for p in session_jars()))
+    if local:
+        builder = builder.config("spark.jars", ",".join(str(p) for p in jars))
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     _check_jars(spark)
@@ -113,25 +115,24 @@ def java_options() -> str:
     return f"-Dlog4j2.configurationFile=file:{log4j} -Duser.timezone=UTC -XX:-DontCompileHugeMethods"
 
 
-def class_archive() -> Path:
-    """Where the class archive of this Java, this pyspark and these session JARs is
+def class_archive(jars: Sequence[Path]) -> Path:
+    """Where the class archive of this Java, this pyspark and the session's ``jars`` is
     (:func:`record_class_archive`). The JVM takes an archive only on the class path it was
     recorded with, so another venv's pyspark gets its own."""
     java_home = os.environ.get("JAVA_HOME")
     java = shutil.which("java", path=f"{java_home}/bin" if java_home else None)
     digest = hashlib.sha256(f"{os.path.realpath(java) if java else ''}\0{Path(pyspark.__file__).parent}\0{pyspark.__version__}".encode())
-    for jar in session_jars():
+    for jar in jars:
         digest.update(b"\0" + jar.name.encode())
     return cache_dir() / f"spark-classes-{digest.hexdigest()[:16]}.jsa"
 
 
-def class_archive_options() -> str:
-    """The local driver's options to map the class archive, when there is one. A session then
-    starts about 4 s sooner: 4.9 s to the session instead of 6.6, its first job 1.5 s instead of
-    2.5, its first Delta write and read 5.3 s instead of 6.8 (2026-11-27, 2 cores). The JVM
-    checks the archive against its own build and class path and ignores one that does not match;
-    its CDS log is off, as its warnings would go to the command's stdout."""
-    archive = class_archive()
+def class_archive_options(jars: Sequence[Path]) -> str:
+    """The local driver's options to map the class archive of a session with ``jars``, when
+    there is one (what it saves: docs/benchmarks.md). The JVM checks the archive against its own
+    build and class path and ignores one that does not match; its CDS log is off, as its warnings
+    would go to the command's stdout."""
+    archive = class_archive(jars)
     return f"-XX:SharedArchiveFile={archive} -Xlog:cds=off -Xlog:cds+dynamic=off" if archive.is_file() else ""
 
 
@@ -144,7 +145,7 @@ def record_class_archive() -> Path:
     ``infra/bootstrap.sh`` runs): a short local session whose driver JVM writes the classes it
     loaded to a file at its exit (a dynamic CDS archive, ``-XX:ArchiveClassesAtExit``). Later
     sessions map those classes instead of loading and verifying them from the JARs again."""
-    archive = class_archive()
+    archive = class_archive(session_jars())
     if archive.is_file():
         return archive
     partial = archive.with_name(f"{archive.name}.{os.getpid()}.partial")
