@@ -1,24 +1,25 @@
 """The pipeline gives the same tables, and what people read prints the same instants, whatever
 the time zone of the machine it runs on.
 
-One small demo day, plus dispatch records at the very edges of the day, is landed once. Then one
-process per zone, each with its own homes and mail sinks:
+One small demo day, plus dispatch records at the very edges of the day, is landed once. Then:
 
-* under ``TZ=America/Los_Angeles`` (UTC-8 in November) and ``TZ=Asia/Kolkata`` (UTC+5:30, a
-  half-hour offset), zones on either side of UTC so that a day boundary taken in local time shows
-  in one of them, the whole daily pipeline on a copy of the landing: Kolkata with ``brokerlens
-  run``, Los Angeles with each step's own command (land, validate, build, alert, report), so the
-  two ways must agree too. Every table must hold the same rows in both (but the times a run
-  landed or validated things), the alert mails must say the same, and the day's edges must be
-  where UTC puts them;
-* under those two zones and ``TZ=UTC``, a copy of the day as Los Angeles had built it before its
-  alert (land to gold) is read by the `brokerlens` command: `sql` in its three formats and its
-  interactive mode, `tables`, the day's report and the alert mail. Each zone's output must be
-  the UTC process's, character for character (but the report's generation time and the mail's
-  Date).
+* the whole daily pipeline on a copy of the landing, twice: in this process under ``TZ=UTC``
+  with each step's own command (land, validate, build, alert, report), and in a process under
+  ``TZ=Asia/Kolkata`` (UTC+5:30, a half-hour offset) with ``brokerlens run``, so the two ways must
+  agree too. Every table must hold the same rows in both (but the times a run landed or validated
+  things), the alert mails must say the same, and the day's edges must be where UTC puts them.
+  In Kolkata's local time the day's last millisecond is on the next day and the millisecond
+  before the day on the day itself, so a day boundary taken in local time shows;
+* a copy of the day as UTC built it before its alert (land to gold) is read by the `brokerlens`
+  command under ``TZ=UTC`` (here), Kolkata and ``TZ=America/Los_Angeles`` (UTC-8 in November, on
+  the other side of UTC): `sql` in its three formats and its interactive mode, `tables`, the day's
+  report and the alert mail. Each zone's output must be UTC's, character for character (but the
+  report's generation time and the mail's Date).
 
-A zone's commands run in one process (one JVM per zone, not per command), as the DAG's tasks do
-on the stage server. The day is built only by the zones' processes, at once.
+Kolkata's commands run in a process started under its zone (tests/zone_phases.py; one JVM, not
+one per command, as the DAG's tasks do on the stage server). UTC's and Los Angeles' run at the
+same time in this process, on the test session, each zone set by ``time.tzset`` (Python's local
+time; the session's JVM is in UTC whatever its zone, as every brokerlens JVM is).
 """
 
 from __future__ import annotations
@@ -30,7 +31,9 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from datetime import date, datetime, timedelta, timezone
 from email import policy
 from pathlib import Path
@@ -43,6 +46,7 @@ from brokerlens.deliver.query import run_sql
 from brokerlens.pipeline import DAILY_STEPS, run_stage
 from brokerlens.platform.schemas import table_schemas
 from brokerlens.platform.settings import reload_settings
+from zone_phases import run_phases
 
 pytestmark = pytest.mark.slow
 
@@ -74,54 +78,6 @@ READ_COMMANDS = [
     ("report", ["report", "--date", DAY.isoformat()], ""),  # before the alert: its mails' sent_at is now
     ("alert", ["alert", "--date", DAY.isoformat()], ""),
 ]
-# Runs phases of commands in one process; each phase has its own home and mail sink. A phase may
-# start from a copy of a home another process publishes (it waits for it), and may publish its
-# own home once its commands have run.
-DRIVER = """
-import contextlib, io, json, os, shutil, sys, time
-from pathlib import Path
-
-phases = json.loads(sys.argv[1])
-pending = [phase["publish"] for phase in phases if phase.get("publish")]
-
-
-def wait_for(published):
-    deadline = time.monotonic() + 1800
-    while not Path(published + ".done").exists():
-        assert not Path(published + ".failed").exists(), f"the process that builds {published} failed"
-        assert time.monotonic() < deadline, f"{published} not published in 30 minutes"
-        time.sleep(1)
-
-
-out = {}
-try:
-    from brokerlens.cli import main
-    from brokerlens.platform.settings import reload_settings
-
-    for phase in phases:
-        if phase.get("copy_of"):
-            wait_for(phase["copy_of"])
-            shutil.copytree(phase["copy_of"], phase["env"]["BROKERLENS_HOME"])
-        os.environ.update(phase["env"])
-        reload_settings()
-        for name, argv, stdin in phase["commands"]:
-            sys.stdin, buffer = io.StringIO(stdin), io.StringIO()
-            with contextlib.redirect_stdout(buffer):
-                try:
-                    main(log_to_file=False, argv=argv)
-                except SystemExit as exc:
-                    assert not exc.code, f"{name}: exit {exc.code}"
-            out[name] = buffer.getvalue()
-        if phase.get("publish"):
-            shutil.copytree(phase["env"]["BROKERLENS_HOME"], phase["publish"])
-            Path(phase["publish"] + ".done").touch()
-            pending.remove(phase["publish"])
-except BaseException:
-    for published in pending:  # the processes waiting for it fail at once
-        Path(published + ".failed").touch()
-    raise
-print(json.dumps(out))
-"""
 
 
 def edge(stamp: str) -> str:
@@ -191,50 +147,91 @@ STEPS = [(f"{stage} {layer or ''}".strip(), [stage, "--date", DAY.isoformat(), *
 BUILD_STEPS, DELIVER_STEPS = STEPS[:5], STEPS[5:]  # land to build gold; alert and report
 
 
-def in_zone(zone: str, landing: Path, built: Path, root: Path) -> dict[str, object]:
-    """Under ``TZ=zone``: the daily pipeline on a copy of ``landing`` (not under UTC, this
-    process's own zone; Los Angeles publishes its home as ``built`` after build gold), then the
-    read commands on a copy of ``built``."""
-    root.mkdir(parents=True)
-    phases, inboxes, controllers = [], {}, []
-    for phase in ("run", "read") if zone != "UTC" else ("read",):
-        inbox = inboxes[phase] = Inbox()
+@contextmanager
+def as_a_zones_process():
+    """This process with the environment :func:`zone_env` gives a zone's process (the phases
+    set the zone); its environment as it was afterwards."""
+    before = dict(os.environ)
+    env = zone_env("UTC")
+    os.environ.clear()
+    os.environ.update(env)
+    time.tzset()
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(before)
+        time.tzset()
+        reload_settings()
+
+
+class Phases:
+    """The phases of one process (tests/zone_phases.py), each with its own home and mail sink."""
+
+    def __init__(self, root: Path):
+        self.root, self.phases, self.inboxes, self.controllers = root, [], {}, []
+
+    def add(self, zone: str, kind: str, **phase) -> dict:
+        label = f"{zone} {kind}"
+        inbox = self.inboxes[label] = Inbox()
         controller = Controller(inbox, hostname="127.0.0.1", port=free_port())
         controller.start()
-        controllers.append(controller)
-        env = {"BROKERLENS_HOME": str(root / phase), "AIRFLOW_CONN_SMTP_DEFAULT": smtp_url(controller.port)}
-        if phase == "read":
-            phases.append({"env": env, "copy_of": str(built), "commands": READ_COMMANDS})
-            continue
-        shutil.copytree(landing, root / phase / "landing")
-        if zone == "America/Los_Angeles":
-            phases.append({"env": env, "commands": [(f"run {n}", argv, "") for n, argv in BUILD_STEPS], "publish": str(built)})
-            phases.append({"env": env, "commands": [(f"run {n}", argv, "") for n, argv in DELIVER_STEPS]})
-        else:
-            phases.append({"env": env, "commands": [("run", ["run", "--date", DAY.isoformat()], "")]})
-    try:
-        run = subprocess.run(
-            [sys.executable, "-c", DRIVER, json.dumps(phases)],
-            env=zone_env(zone),
-            capture_output=True,
-            text=True,
-            timeout=3600,
-            cwd=root,
-        )
-    finally:
-        for controller in controllers:
-            controller.stop()
-    assert run.returncode == 0, f"TZ={zone}\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}"
-    out = json.loads(run.stdout.splitlines()[-1])
-    read_home = root / "read"
-    report = (read_home / "reports" / DAY.isoformat() / f"brokerlens-{DAY}.html").read_text()
-    out["report"] = re.sub(r"Generated [^<]*UTC", "Generated (when)", report.replace(str(read_home), "HOME"))
-    out["alert"] = [line.replace(str(read_home), "HOME") for line in out["alert"].splitlines() if "sent to" in line]
-    out["mails"] = sorted(mail(m) for m in inboxes["read"].messages)
-    if "run" in inboxes:
-        out["run tables"] = tables(root / "run")
-        out["run mails"] = sorted(mail(m) for m in inboxes["run"].messages)
-    return out
+        self.controllers.append(controller)
+        home = self.root / label.replace("/", "_").replace(" ", "-")
+        env = {"BROKERLENS_HOME": str(home), "AIRFLOW_CONN_SMTP_DEFAULT": smtp_url(controller.port)}
+        self.phases.append({"label": label, "tz": zone, "env": env, **phase})
+        return env
+
+    def pipeline(self, zone: str, landing: Path, steps: bool, built: Path) -> None:
+        """The daily pipeline on a copy of ``landing``: a command per step, publishing the home as
+        ``built`` after build gold, or ``brokerlens run``."""
+        env = self.add(zone, "run", commands=[] if steps else [("run", ["run", "--date", DAY.isoformat()], "")])
+        shutil.copytree(landing, Path(env["BROKERLENS_HOME"]) / "landing")
+        if steps:
+            self.phases[-1].update(commands=[(f"run {n}", argv, "") for n, argv in BUILD_STEPS], publish=str(built))
+            self.phases.append(
+                {**self.phases[-1], "label": f"{zone} deliver", "commands": [(f"run {n}", argv, "") for n, argv in DELIVER_STEPS], "publish": None}
+            )
+
+    def reads(self, zone: str, built: Path) -> None:
+        """The read commands on a copy of ``built``."""
+        self.add(zone, "read", copy_of=str(built), commands=READ_COMMANDS)
+
+    def run(self, here: bool) -> dict[str, dict]:
+        """{zone: what its phases printed, its tables and mails}: in this process or in one of
+        its own."""
+        try:
+            if here:
+                with as_a_zones_process():
+                    printed = run_phases(self.phases)
+            else:
+                proc = subprocess.run(
+                    [sys.executable, str(Path(__file__).with_name("zone_phases.py")), json.dumps(self.phases)],
+                    env=zone_env(self.phases[0]["tz"]),
+                    capture_output=True,
+                    text=True,
+                    timeout=3600,
+                    cwd=self.root,
+                )
+                assert proc.returncode == 0, f"{self.phases[0]['label']}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+                printed = json.loads(proc.stdout.splitlines()[-1])
+        finally:
+            for controller in self.controllers:
+                controller.stop()
+        out: dict[str, dict] = {}
+        for phase in self.phases:
+            zone, kind = phase["tz"], phase["label"].rpartition(" ")[2]
+            got, home, inbox = out.setdefault(zone, {}), Path(phase["env"]["BROKERLENS_HOME"]), self.inboxes.get(phase["label"])
+            if kind == "read":
+                got.update(printed[phase["label"]])
+                report = (home / "reports" / DAY.isoformat() / f"brokerlens-{DAY}.html").read_text()
+                got["report"] = re.sub(r"Generated [^<]*UTC", "Generated (when)", report.replace(str(home), "HOME"))
+                got["alert"] = [line.replace(str(home), "HOME") for line in got["alert"].splitlines() if "sent to" in line]
+                got["mails"] = sorted(mail(m) for m in inbox.messages)
+            elif kind == "run":
+                got["run home"], got["run tables"] = home, tables(home)
+                got["run mails"] = sorted(mail(m) for m in inbox.messages)
+        return out
 
 
 def test_tables_mails_and_printed_instants_are_the_same_in_every_zone(tmp_path, monkeypatch, spark, settings):
@@ -254,12 +251,22 @@ def test_tables_mails_and_printed_instants_are_the_same_in_every_zone(tmp_path, 
         + "\n"
     )
     built = tmp_path / "built"
-    zones = ("UTC", *ZONES)
-    with ThreadPoolExecutor(len(zones)) as pool:
-        outputs = dict(zip(zones, pool.map(lambda z: in_zone(z, settings.landing, built, tmp_path / z.replace("/", "_")), zones)))
+    # Kolkata's run and reads in a process of their own; UTC's steps and reads and Los Angeles'
+    # reads here meanwhile (UTC's build gold is the day they all read). A zone set by tzset is
+    # Python's local time; the JVM is in UTC whatever its zone.
+    there, here = Phases(tmp_path / "there"), Phases(tmp_path / "here")
+    there.pipeline("Asia/Kolkata", settings.landing, steps=False, built=built)
+    there.reads("Asia/Kolkata", built)
+    here.pipeline("UTC", settings.landing, steps=True, built=built)
+    here.reads("UTC", built)
+    here.reads("America/Los_Angeles", built)
+    with ThreadPoolExecutor(1) as pool:
+        other_zones = pool.submit(there.run, here=False)
+        outputs = here.run(here=True)
+        outputs |= other_zones.result()
 
-    # The daily pipeline under either zone (`brokerlens run`, or a command per step): the same tables and mails.
-    first, other = ZONES
+    # The daily pipeline under either zone (a command per step, or `brokerlens run`): the same tables and mails.
+    first, other = "UTC", "Asia/Kolkata"
     tables_first = outputs[first]["run tables"]
     assert {"bronze_dispatch", "dispatch_periods", "cursor_ranges", "hole_alerts", "alert_notifications"} <= set(tables_first)
     assert outputs[first]["run mails"], "the demo day mails alerts"
@@ -270,7 +277,7 @@ def test_tables_mails_and_printed_instants_are_the_same_in_every_zone(tmp_path, 
 
     from deltalake import DeltaTable
 
-    lake = tmp_path / first.replace("/", "_") / "run" / "lake"
+    lake = outputs[other]["run home"] / "lake"
     edges = [r for r in DeltaTable(str(lake / "bronze_dispatch")).to_pyarrow_table().to_pylist() if r["topic"] == EDGE_TOPIC]
     as_utc = lambda t: t if t.tzinfo else t.replace(tzinfo=timezone.utc)  # noqa: E731
     assert sorted((r["day"], as_utc(r["period_start"])) for r in edges) == [
