@@ -150,12 +150,11 @@ BUILD_STEPS, DELIVER_STEPS = STEPS[:5], STEPS[5:]  # land to build gold; alert a
 @contextmanager
 def as_a_zones_process():
     """This process with the environment :func:`zone_env` gives a zone's process (the phases
-    set the zone); its environment as it was afterwards."""
+    set the zone, run_phases); its environment and zone as they were afterwards."""
     before = dict(os.environ)
     env = zone_env("UTC")
     os.environ.clear()
     os.environ.update(env)
-    time.tzset()
     try:
         yield
     finally:
@@ -179,19 +178,19 @@ class Phases:
         self.controllers.append(controller)
         home = self.root / label.replace("/", "_").replace(" ", "-")
         env = {"BROKERLENS_HOME": str(home), "AIRFLOW_CONN_SMTP_DEFAULT": smtp_url(controller.port)}
-        self.phases.append({"label": label, "tz": zone, "env": env, **phase})
+        self.phases.append({"label": label, "kind": kind, "tz": zone, "env": env, **phase})
         return env
 
     def pipeline(self, zone: str, landing: Path, steps: bool, built: Path) -> None:
         """The daily pipeline on a copy of ``landing``: a command per step, publishing the home as
         ``built`` after build gold, or ``brokerlens run``."""
-        env = self.add(zone, "run", commands=[] if steps else [("run", ["run", "--date", DAY.isoformat()], "")])
-        shutil.copytree(landing, Path(env["BROKERLENS_HOME"]) / "landing")
         if steps:
-            self.phases[-1].update(commands=[(f"run {n}", argv, "") for n, argv in BUILD_STEPS], publish=str(built))
-            self.phases.append(
-                {**self.phases[-1], "label": f"{zone} deliver", "commands": [(f"run {n}", argv, "") for n, argv in DELIVER_STEPS], "publish": None}
-            )
+            env = self.add(zone, "run", commands=[(f"run {n}", argv, "") for n, argv in BUILD_STEPS], publish=str(built))
+            deliver = [(f"run {n}", argv, "") for n, argv in DELIVER_STEPS]
+            self.phases.append({**self.phases[-1], "label": f"{zone} deliver", "kind": "deliver", "commands": deliver, "publish": None})
+        else:
+            env = self.add(zone, "run", commands=[("run", ["run", "--date", DAY.isoformat()], "")])
+        shutil.copytree(landing, Path(env["BROKERLENS_HOME"]) / "landing")
 
     def reads(self, zone: str, built: Path) -> None:
         """The read commands on a copy of ``built``."""
@@ -220,7 +219,7 @@ class Phases:
                 controller.stop()
         out: dict[str, dict] = {}
         for phase in self.phases:
-            zone, kind = phase["tz"], phase["label"].rpartition(" ")[2]
+            zone, kind = phase["tz"], phase["kind"]
             got, home, inbox = out.setdefault(zone, {}), Path(phase["env"]["BROKERLENS_HOME"]), self.inboxes.get(phase["label"])
             if kind == "read":
                 got.update(printed[phase["label"]])
