@@ -11,7 +11,9 @@ import logging
 import os
 import subprocess
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
@@ -19,6 +21,7 @@ from urllib.parse import unquote, urlsplit
 import pytest
 
 from brokerlens.platform.settings import Settings
+from brokerlens.sources import collect as collect_module
 from brokerlens.sources.collect import CollectError, collect
 
 FIXTURES = Path(__file__).parent / "fixtures" / "admin_api"
@@ -200,6 +203,40 @@ def test_policies_only_when_changed(admin, collect_settings):
         (times[2][:19] + "Z", 300, -1),
         (times[3], 300, 5000),
     ]
+
+
+def test_two_collects_of_one_millisecond_keep_both_snapshots(admin, collect_settings, monkeypatch):
+    """Two clusters collected into one landing at the same millisecond: neither snapshot replaces
+    the other's file."""
+
+    class Frozen(datetime):
+        @classmethod
+        def now(cls, tz=None):
+            return datetime(2026, 11, 27, 10, 15, 0, 250000, tzinfo=timezone.utc)
+
+    monkeypatch.setattr(collect_module, "datetime", Frozen)
+    for cluster in ("c1", "c2"):
+        collect(None, Settings(admin_token=TOKEN, collect={"backoff_seconds": 0, "cluster": cluster}), admin_url=admin)
+    files = landed(collect_settings, "topic-stats")
+    assert [f.name for f in files] == ["collect-101500-250-2.json", "collect-101500-250.json"]
+    assert sorted({e["cluster"] for e in json.loads(f.read_text())}.pop() for f in files) == ["c1", "c2"]
+    assert [f.name for f in landed(collect_settings, "internal-stats")] == ["collect-101500-250-2.json", "collect-101500-250.json"]
+    assert not list(collect_settings.landing.rglob(".*"))  # no temporary file left
+
+
+def test_collects_at_once_keep_each_others_policy_state(tmp_path):
+    """The collect state's read-modify-write is under a lock: sixteen collects of sixteen clusters
+    at once each find their own change recorded."""
+    state = tmp_path / "_collect_state.json"
+
+    def one(n: int):
+        return collect_module._changed_policies(state, f"c{n}", [("broker-config", "b:8080", {"x": n})], "2026-11-27T10:00:00.000Z")
+
+    with ThreadPoolExecutor(16) as pool:
+        changes = list(pool.map(one, range(16)))
+    assert [len(changed) for changed, _ in changes] == [1] * 16
+    saved = json.loads(state.read_text())
+    assert {k: v for k, v in saved.items() if not k.endswith("|_collected_at")} == {f"c{n}|broker-config|b:8080": {"x": n} for n in range(16)}
 
 
 def test_wrong_token_is_a_clear_error_without_the_token(admin, brokerlens_home):

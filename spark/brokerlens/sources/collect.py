@@ -16,6 +16,10 @@ One run lists tenants, namespaces and topics and writes, in the envelope of sche
   each record's ``period_start``: the per-period records of brokerlens' broker interceptor, those
   after the last ``seq`` landed (sources/exporter.py); a broker without it is said once and skipped.
 
+Collects may run at once into one landing (two clusters, a manual run beside the scheduled one):
+a file never replaces another collect's (``collect-<HHMMSS-mmm>-2.json`` when the name is taken),
+and the state file is read and rewritten under a lock (sources/landing.py).
+
 Requests carry ``Authorization: Bearer <admin_token>``; the token is never logged or written.
 Transient failures (connection errors, timeouts, HTTP 429/5xx) are retried with doubling back-off;
 requests run on a bounded thread pool. A topic that fails after the retries is reported and
@@ -37,7 +41,7 @@ from brokerlens.platform.stage import StageResult
 
 from .admin_api import AdminClient, CollectError
 from .exporter import ExporterResult, collect_exporter
-from .landing import write_atomic
+from .landing import locked, write_atomic, write_new
 from .prometheus import PROMETHEUS_STEP_SECONDS, collect_prometheus, file_broker
 
 log = logging.getLogger(__name__)
@@ -194,16 +198,16 @@ def collect(
     topic_envelopes = [r[0] for r in results if r]
     internal_envelopes = [e for r in results if r for e in r[1]]
     if topic_envelopes:
-        write_atomic(root / "topic-stats" / f"collect-{stamp}.json", json.dumps(topic_envelopes) + "\n")
+        write_new(root / "topic-stats" / f"collect-{stamp}.json", json.dumps(topic_envelopes) + "\n")
     if internal_envelopes:
-        write_atomic(root / "internal-stats" / f"collect-{stamp}.json", json.dumps(internal_envelopes) + "\n")
+        write_new(root / "internal-stats" / f"collect-{stamp}.json", json.dumps(internal_envelopes) + "\n")
 
     for broker, job in scrapes:
         text = job.result()
         if text is not None:
             header = json.dumps({"collected_at": collected_at, "cluster": cluster, "broker": broker})
             path = root / "metrics" / f"{file_broker(broker)}@collect-{stamp}.prom"
-            write_atomic(path, f"# brokerlens: {header}\n{text}")
+            write_new(path, f"# brokerlens: {header}\n{text}")
 
     exported = ExporterResult()
     if conf.exporter and brokers:
@@ -219,7 +223,7 @@ def collect(
             key = "broker" if kind == "broker-config" else "topic" if kind.startswith("topic") else "namespace"
             for effective_at, value in _dated_change(previous, policy, seen_before, collected_at):
                 lines.append(json.dumps({"effective_at": effective_at, "cluster": cluster, "kind": kind, key: scope, "policy": value}))
-        write_atomic(root / "policies" / f"collect-{stamp}.jsonl", "\n".join(lines) + "\n")
+        write_new(root / "policies" / f"collect-{stamp}.jsonl", "\n".join(lines) + "\n")
 
     result = StageResult(stage="collect", day=clock.date())
     result.metrics.update(
@@ -265,19 +269,20 @@ def _broker_config(client: AdminClient) -> dict:
 def _changed_policies(state_path: Path, cluster: str, observed: list[tuple[str, str, dict | None]], collected_at: str):
     """(policies that differ from the last collected value, with that value; the time of the last
     collect, which still saw those values). Updates the state file."""
-    state = json.loads(state_path.read_text()) if state_path.is_file() else {}
-    clock_key = f"{cluster}|_collected_at"
-    seen_before = state.get(clock_key)
-    changed = []
-    for kind, scope, policy in observed:
-        key = f"{cluster}|{kind}|{scope}"
-        if key not in state and policy is None:
-            continue  # never set: nothing to record
-        if state.get(key, "absent") != policy:
-            changed.append((kind, scope, policy, state.get(key)))
-            state[key] = policy
-    state[clock_key] = collected_at
-    write_atomic(state_path, json.dumps(state, indent=1, sort_keys=True) + "\n")
+    with locked(state_path):
+        state = json.loads(state_path.read_text()) if state_path.is_file() else {}
+        clock_key = f"{cluster}|_collected_at"
+        seen_before = state.get(clock_key)
+        changed = []
+        for kind, scope, policy in observed:
+            key = f"{cluster}|{kind}|{scope}"
+            if key not in state and policy is None:
+                continue  # never set: nothing to record
+            if state.get(key, "absent") != policy:
+                changed.append((kind, scope, policy, state.get(key)))
+                state[key] = policy
+        state[clock_key] = collected_at
+        write_atomic(state_path, json.dumps(state, indent=1, sort_keys=True) + "\n")
     return changed, seen_before
 
 

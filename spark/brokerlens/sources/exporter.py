@@ -26,7 +26,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from .admin_api import AdminClient, CollectError
-from .landing import write_atomic
+from .landing import locked, write_atomic, write_new
 from .prometheus import file_broker
 
 log = logging.getLogger("brokerlens.sources.collect")
@@ -110,8 +110,7 @@ def land_records(landing: Path, broker: str, stamp: str, lines: list[str]) -> li
     paths = []
     for day, day_lines in sorted(by_day.items()):
         path = landing / day / "dispatch" / f"exporter-{file_broker(broker)}-{stamp[11:]}.jsonl"
-        write_atomic(path, "\n".join(day_lines) + "\n")
-        paths.append(path)
+        paths.append(write_new(path, "\n".join(day_lines) + "\n"))
     return paths
 
 
@@ -167,8 +166,9 @@ def collect_exporter(client: AdminClient, brokers: list[str], landing: Path, sta
         updates[key] = {**new_state, "installed": True}
 
     if updates:
-        # Read again: the policies' state may have been written since.
-        current = json.loads(state_path.read_text()) if state_path.is_file() else {}
-        current.update(updates)
-        write_atomic(state_path, json.dumps(current, indent=1, sort_keys=True) + "\n")
+        # Read again under the lock: the policies' state, or another collect's, may have been written since.
+        with locked(state_path):
+            current = json.loads(state_path.read_text()) if state_path.is_file() else {}
+            current.update(updates)
+            write_atomic(state_path, json.dumps(current, indent=1, sort_keys=True) + "\n")
     return result
