@@ -7,12 +7,29 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from typing import TypeVar
 
 import pulsar
 
 from brokerlens.sources.collect import collect
+
+
+T = TypeVar("T")
+
+
+def at_once(names: Iterable[str], job: Callable[[str], T]) -> dict[str, T]:
+    """``job(name)`` for each name, each on its own thread, all at once: one broker's experiments
+    mostly wait on that broker (its rate limits, its flushes, its restarts), so several brokers'
+    run side by side in about the time of the longest. Their results by name; the first failure
+    is raised."""
+    names = list(names)
+    with ThreadPoolExecutor(max(1, len(names)), thread_name_prefix="experiment") as pool:
+        futures = {name: pool.submit(job, name) for name in names}
+        return {name: future.result() for name, future in futures.items()}
 
 
 @dataclass

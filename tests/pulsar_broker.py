@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -27,27 +29,35 @@ def skip_reason() -> str | None:
 
 class BrokerPool:
     """The session's brokers: one per (version, configuration), reused by every test that asks for
-    the same; at most ``max_running`` alive at once (starting another stops the least recently used)."""
+    the same; at most ``max_running`` alive at once (starting another stops the least recently
+    used). Threads may ask at once (a fixture's brokers run their experiments side by side): each
+    broker starts on the thread that asked for it, the others' starts beside it."""
 
-    def __init__(self, root: Path, max_running: int = 2):
+    def __init__(self, root: Path, max_running: int = 4):
         self.root, self.max_running = root, max_running
         self.brokers: dict[tuple, PulsarBroker] = {}  # least recently used first
+        self.starting: dict[tuple, threading.Lock] = {}
+        self.lock = threading.Lock()
         self.made = 0
 
     def get(self, version: str = pulsar_jars.LTS, config: dict | None = None, interceptor: bool = False) -> PulsarBroker:
         key = (version, tuple(sorted((k, str(v)) for k, v in (config or {}).items())), interceptor)
-        broker = self.brokers.pop(key, None)
-        if broker is None:
-            self.made += 1
-            broker = PulsarBroker(self.root / f"broker-{self.made}-{version}", version, config, interceptor)
-        others = [b for b in self.brokers.values() if b.running]  # least recently used first
-        while others and len(others) >= self.max_running:
-            others.pop(0).stop()
-        self.brokers[key] = broker
-        if not broker.running:
-            broker.start()
+        with self.lock:
+            broker = self.brokers.pop(key, None)
+            if broker is None:
+                self.made += 1
+                broker = PulsarBroker(self.root / f"broker-{self.made}-{version}", version, config, interceptor)
+            others = [b for b in self.brokers.values() if b.running]  # least recently used first
+            stopping = others[: max(0, len(others) - self.max_running + 1)]
+            self.brokers[key] = broker
+            starting = self.starting.setdefault(key, threading.Lock())
+        for other in stopping:
+            other.stop()
+        with starting:
+            if not broker.running:
+                broker.start()
         return broker
 
     def close(self) -> None:
-        for broker in self.brokers.values():
-            broker.stop()
+        with ThreadPoolExecutor(max(1, len(self.brokers))) as pool:  # each shutdown waits on its broker alone
+            list(pool.map(PulsarBroker.stop, self.brokers.values()))

@@ -21,6 +21,7 @@ import uuid
 from datetime import datetime, timezone
 
 import pytest
+from live_traffic import at_once
 from pulsar_traffic import make_holes, received_again
 from alert_helpers import configure, parts
 
@@ -105,7 +106,7 @@ def live_holes(pulsar_brokers, spark, tmp_path_factory):
         env.setenv("BROKERLENS_HOME", home)
         env.setenv("BROKERLENS_COLLECT__METRICS", "true")  # each broker's /metrics too
         settings = reload_settings()
-        results = {name: reload_experiment(holes_broker(pulsar_brokers, name), settings, name) for name in BROKERS}
+        results = at_once(BROKERS, lambda name: reload_experiment(holes_broker(pulsar_brokers, name), settings, name))
         day = datetime.now(timezone.utc).date()
         landed = run_stage("land", day, settings)
         with stage_settings(settings):

@@ -15,7 +15,7 @@ import time
 from datetime import datetime, timezone
 
 import pytest
-from live_traffic import Collector, consume, produce, subscribe_first
+from live_traffic import Collector, at_once, consume, produce, subscribe_first
 from pulsar_broker import pulsar_jars
 
 from brokerlens.pipeline import run_stage
@@ -25,12 +25,13 @@ from brokerlens.platform.tables import read_table
 pytestmark = pytest.mark.pulsar
 
 FACTORY_KEY, FACTORY = "dispatchRateLimiterFactoryClassName", "org.apache.pulsar.broker.service.persistent.DispatchRateLimiterFactory"
-# One broker per limiter factory.
+# One broker per limiter factory, each a cluster of its own name: the brokers' collects run at once
+# into one landing, and collect dates a policy change by its cluster's last collect before it.
 CONFIGS = {
-    "classic": {FACTORY_KEY: FACTORY + "Classic"},
-    "token-bucket": {FACTORY_KEY: FACTORY + "AsyncTokenBucket"},
+    "classic": {FACTORY_KEY: FACTORY + "Classic", "clusterName": "classic"},
+    "token-bucket": {FACTORY_KEY: FACTORY + "AsyncTokenBucket", "clusterName": "token-bucket"},
     # Pulsar throttles a caught-up (active) cursor only when this is on (AbstractBaseDispatcher).
-    "non-backlog-off": {"dispatchThrottlingOnNonBacklogConsumerEnabled": "false"},
+    "non-backlog-off": {"dispatchThrottlingOnNonBacklogConsumerEnabled": "false", "clusterName": "non-backlog-off"},
 }
 LABELS = pytest.mark.parametrize("label", ["classic", "token-bucket"])
 # What brokerlens should find each broker runs (from its landed dispatchRateLimiterFactoryClassName).
@@ -110,17 +111,20 @@ def keeping_up(broker, label: str) -> dict:
 
 @pytest.fixture(scope="module")
 def day(pulsar_brokers, spark, tmp_path_factory):
-    """Every configuration's traffic collected into one landing, then one land + build of the day."""
+    """Every configuration's traffic collected into one landing (the brokers side by side), then
+    one land + build of the day."""
     settings = Settings(home=tmp_path_factory.mktemp("throttling"))
-    runs = {}
-    for label, config in CONFIGS.items():
-        broker = pulsar_brokers.get(pulsar_jars.LTS, config)
+
+    def run(label: str) -> dict:
+        broker = pulsar_brokers.get(pulsar_jars.LTS, CONFIGS[label])
         with Collector(broker, settings) as collector:
             time.sleep(1)
             seen = keeping_up(broker, label) if label == "non-backlog-off" else experiments(broker, label)
         assert not collector.errors, collector.errors
         stats = {name: broker.stats(t)["subscriptions"][SUB] for name, (t, _) in seen.items()}
-        runs[label] = {"broker": f"127.0.0.1:{broker.web_port}", "seen": seen, "stats": stats}
+        return {"broker": f"127.0.0.1:{broker.web_port}", "seen": seen, "stats": stats}
+
+    runs = at_once(CONFIGS, run)
     today = datetime.now(timezone.utc).date()
     run_stage("land", today, settings)
     run_stage("build", today, settings)
