@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import email
 import json
+import shutil
 import socket
 from datetime import date, timedelta
 from email import policy
+from pathlib import Path
 
 import pytest
 from aiosmtpd.controller import Controller
@@ -80,9 +82,20 @@ def configure(monkeypatch, port: int) -> None:
     reload_settings()
 
 
+# The lake of each set of days built in this session (kept beside the lake of the test that built
+# it): a later test with the same days and settings gets a copy, not another build. The lake's
+# folders are all there is to it (platform/tables.py).
+_built: dict[str, Path] = {}
+
+
 def build_days(spark, ranges_by_day: dict[date, dict[str, int]]) -> None:
     """hole_alerts for each day from three snapshots per subscription (charges in payments/*,
     the others in t/ns, i.e. the default group)."""
+    settings = get_settings()
+    key = repr((sorted(ranges_by_day.items()), settings.model_dump_json(exclude={"home"})))
+    if key in _built and not settings.lake.exists():
+        shutil.copytree(_built[key], settings.lake)
+        return
     for d, ranges in ranges_by_day.items():
         rows = []
         for h in (20, 21, 22) if d == D1 else (1, 2, 3):
@@ -102,7 +115,10 @@ def build_days(spark, ranges_by_day: dict[date, dict[str, int]]) -> None:
                 snap(at(d, h), None, sub="search", reported=ranges["search"], source="topic-stats"),
             ]
         write_snapshots(spark, rows, d)
-        build_holes(d, get_settings())
+        build_holes(d, settings)
+    if key not in _built:
+        _built[key] = settings.lake.with_name("built-days-lake")
+        shutil.copytree(settings.lake, _built[key])
 
 
 DAY1_RANGES = {"charges": 12_000, "billing": 8_200, "audit": 9_000, "search": 10}
