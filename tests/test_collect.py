@@ -224,6 +224,21 @@ def test_two_collects_of_one_millisecond_keep_both_snapshots(admin, collect_sett
     assert not list(collect_settings.landing.rglob(".*"))  # no temporary file left
 
 
+def test_without_hard_links_a_new_file_still_never_replaces_one(tmp_path, monkeypatch):
+    """A landing on a filesystem without hard links (os.link refused): the next free name all the same."""
+    from brokerlens.sources.landing import write_new
+
+    def refused(*args, **kwargs):
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "link", refused)
+    path = tmp_path / "topic-stats" / "collect-101500-250.json"
+    written = [write_new(path, f"{n}\n") for n in range(3)]
+    assert [p.name for p in written] == ["collect-101500-250.json", "collect-101500-250-2.json", "collect-101500-250-3.json"]
+    assert [p.read_text() for p in written] == ["0\n", "1\n", "2\n"]
+    assert sorted(p.name for p in path.parent.iterdir()) == sorted(p.name for p in written)
+
+
 def test_collects_at_once_keep_each_others_policy_state(tmp_path):
     """The collect state's read-modify-write is under a lock: sixteen collects of sixteen clusters
     at once each find their own change recorded."""

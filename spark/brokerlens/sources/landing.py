@@ -34,13 +34,20 @@ def write_new(path: Path, text: str) -> Path:
     try:
         while True:
             try:
-                os.link(tmp, target)  # fails if the name is taken, unlike a rename
+                os.link(tmp, target)  # fails on a taken name, where a rename would replace it
                 return target
             except FileExistsError:
-                n += 1
-                target = path.with_name(f"{path.stem}-{n}{path.suffix}")
+                pass
+            except OSError:
+                # A filesystem without hard links (some FUSE mounts): a rename to a name that is
+                # free when looked at (another writer could still take it in between).
+                if not target.exists():
+                    os.replace(tmp, target)
+                    return target
+            n += 1
+            target = path.with_name(f"{path.stem}-{n}{path.suffix}")
     finally:
-        tmp.unlink()
+        tmp.unlink(missing_ok=True)
 
 
 @contextmanager
