@@ -78,6 +78,11 @@ def test_large_day_through_every_daily_step(spark, tmp_path):
     landing, stages = window["landing"], window["stages"]
     assert list(stages) == ["land", "validate bronze", "build silver", "validate silver", "build gold", "alert", "report"]
     assert window["quarantined"] == 0
+    # land's floor on the same files: a row per topic's stats (the stats kinds' records are per
+    # subscription), per /metrics line (its samples and comments) and per policy line
+    envelopes = (landing["topic-stats"]["records"] + landing["internal-stats"]["records"]) // SUBS
+    assert window["floor"]["rows"] > envelopes + landing["metrics"]["records"] + landing["policies"]["records"]
+    assert window["land/floor"] == round(stages["land"]["seconds"] / window["floor"]["seconds"], 2)
     land = stages["land"]["tables"]
     for table, kind in (
         ("bronze_topic_stats", "topic-stats"),

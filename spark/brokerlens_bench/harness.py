@@ -23,7 +23,6 @@ from .stages import (
     plain_pass,
     plan_summary,
     spark_dispatch,
-    write_out,
 )
 
 log = logging.getLogger("brokerlens.bench")
@@ -178,20 +177,44 @@ def bench_days(bench: Bench, work: Path, partitions: int, first: date, days: int
     }
 
 
-def landing_floor(spark, landing_day: Path, out: Path) -> int:
-    """The floor for ``land``: a plain Spark pass over the same landing files, each kind read
-    the simplest way (the JSON reader, multi-line for the stats files; the text reader for
-    Prometheus metrics) and written as Parquet, with no checks, envelopes or quarantine."""
+def floor_schemas(spark, landing_day: Path) -> dict:
+    """Per landing kind, its files and the explicit schema its floor reads them with: the schema
+    Spark's JSON reader infers from those files (every field, not only those land uses), inferred
+    here, outside any measurement; ``None`` for /metrics, which the text reader reads."""
     from brokerlens.land import PARSERS
 
-    rows = 0
+    kinds = {}
     for parser in PARSERS:
         paths = [str(p) for p in sorted((landing_day / parser.KIND).glob("*")) if p.name.endswith(parser.SUFFIXES)]
-        if not paths:
-            continue
-        frame = spark.read.text(paths) if parser.KIND == "metrics" else spark.read.json(paths, multiLine=parser.WHOLE_FILE)
-        rows += write_out(frame, out / parser.KIND)
+        if paths:
+            schema = None if parser.KIND == "metrics" else spark.read.json(paths, multiLine=parser.WHOLE_FILE).schema
+            kinds[parser.KIND] = (paths, schema, parser.WHOLE_FILE)
+    return kinds
+
+
+def landing_floor(spark, kinds: dict, out: Path) -> int:
+    """The floor for ``land`` (issue 30's definition): the same landing files read by Spark's
+    JSON reader with an explicit schema (``floor_schemas``; multi-line for the stats files, the
+    text reader for Prometheus metrics) and the rows written to Delta, one table per kind, with
+    no checks, envelopes or quarantine."""
+    rows = 0
+    for kind, (paths, schema, whole_file) in kinds.items():
+        frame = spark.read.text(paths) if schema is None else spark.read.schema(schema).json(paths, multiLine=whole_file)
+        target = str(out / kind)
+        frame.write.format("delta").mode("overwrite").save(target)
+        rows += spark.read.format("delta").load(target).count()
     return rows
+
+
+def measure_floor(bench: Bench, landing_day: Path, out: Path) -> dict:
+    """``landing_floor`` measured on ``landing_day``, after an untimed run (the floor then measures
+    reading and writing, not the JVM's warm-up on JSON; land, measured after it, gets the same
+    warm JVM)."""
+    kinds = floor_schemas(bench.spark, landing_day)
+    landing_floor(bench.spark, kinds, out)
+    measured = bench.measure(lambda: landing_floor(bench.spark, kinds, out))
+    shutil.rmtree(out, ignore_errors=True)
+    return measured
 
 
 def bench_landing(bench: Bench, work: Path, scales: tuple[float, ...], day: date) -> list[dict]:
@@ -216,11 +239,7 @@ def bench_landing(bench: Bench, work: Path, scales: tuple[float, ...], day: date
             landed.update(result.metrics)
             return sum(w.rows for w in result.writes if w.rows > 0)
 
-        landing_day = settings.landing / day.isoformat()
-        # Untimed once first: the floor then measures reading and writing, not the JVM's
-        # warm-up on JSON (land, measured next, gets the same warm JVM).
-        landing_floor(bench.spark, landing_day, work / "out-floor")
-        floor = bench.measure(lambda: landing_floor(bench.spark, landing_day, work / "out-floor"))
+        floor = measure_floor(bench, settings.landing / day.isoformat(), work / "out-floor")
         entry = {"scale": scale, "demo_seconds": round(generated, 2), **bench.measure(land)}
         entry["floor"] = floor
         entry["land/floor"] = ratio(entry, floor)

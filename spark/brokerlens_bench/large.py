@@ -9,7 +9,7 @@ import time
 from datetime import date
 from pathlib import Path
 
-from .harness import Bench, daily_step
+from .harness import Bench, daily_step, measure_floor, ratio
 
 log = logging.getLogger("brokerlens.bench")
 
@@ -69,6 +69,10 @@ def large_window(bench: Bench, settings, partitions: int, minutes: int, day: dat
         "landing_mb": round(sum(k["bytes"] for k in landing.values()) / 2**20, 1),
         "stages": {},
     }
+    # Land's floor on the same files: what Spark's own JSON reader does per core here.
+    floor = measure_floor(bench, settings.landing / day.isoformat(), settings.home / "out-floor")
+    floor["mb_per_second_per_core"] = round(entry["landing_mb"] / floor["seconds"] / bench.cores, 2)
+    entry["floor"] = floor
     rows_in = sum(k["records"] for k in landing.values())
     for stage, layer in DAILY_STEPS:
         step, result, measured = daily_step(bench, stage, layer, day, settings, rows=rows_in)
@@ -79,6 +83,7 @@ def large_window(bench: Bench, settings, partitions: int, minutes: int, day: dat
         if stage == "land":
             measured["input_mb"] = entry["landing_mb"]
             measured["mb_per_second_per_core"] = round(entry["landing_mb"] / measured["seconds"] / bench.cores, 2)
+            entry["land/floor"] = ratio(measured, floor)
             entry["quarantined"] = result.metrics.get("quarantined", 0)
         if stage in ("land", "build"):
             rows_in = rows_out

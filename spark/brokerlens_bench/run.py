@@ -184,6 +184,10 @@ def targets(results: dict) -> dict:
         for d in large["projection"]["days"]:
             out[f"large day: projected hours for {d['partitions']:,} partitions on {d['cores']} cores"] = d["hours"]
         minutes = ", ".join(str(w["minutes"]) for w in large["windows"])
+        for w in large["windows"]:
+            name = f"large day, {w['minutes']} min ({w['landing_mb']} MB): land MB/s per core, and its floor's"
+            out[name] = f"{w['stages']['land']['mb_per_second_per_core']}, {w['floor']['mb_per_second_per_core']}"
+            out[f"large day, {w['minutes']} min: land/floor"] = w["land/floor"]
         out[f"large day: peak JVM RSS MB per window ({minutes} min)"] = ", ".join(f"{m['jvm_rss_mb']:.0f}" for m in large["memory_by_rows"])
     section = results.get("interceptor")
     if isinstance(section, dict) and "runs" in section:
