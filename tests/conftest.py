@@ -52,6 +52,16 @@ def brokerlens_home(tmp_path, monkeypatch):
 
 
 @pytest.fixture
+def every_metric_family(brokerlens_home, monkeypatch):
+    """Land every /metrics sample (``land.metric_families = ["*"]``), for the tests of the parser
+    itself; ask for it before ``settings``."""
+    from brokerlens.platform.settings import reload_settings
+
+    monkeypatch.setenv("BROKERLENS_LAND__METRIC_FAMILIES", '["*"]')
+    reload_settings()
+
+
+@pytest.fixture
 def settings(brokerlens_home):
     from brokerlens.platform.settings import get_settings
 

@@ -10,7 +10,9 @@ from datetime import date
 
 from landing_helpers import FIXTURES, install_fixtures, rows
 
-from brokerlens.land import dispatch, land_day, land_kind
+from brokerlens.land import dispatch, land_day, land_kind, metrics, survey_day
+from brokerlens.land.metrics import samples_not_landed
+from brokerlens.platform.settings import LandSettings
 from brokerlens.platform.tables import read_table
 
 DAY = date(2026, 11, 21)
@@ -64,7 +66,7 @@ def check_every_job_is_in_the_callers_group(sc, ungrouped_before: set[int]) -> N
 
 
 @pytest.mark.slow
-def test_land_fixture_day(spark, settings):
+def test_land_fixture_day(spark, every_metric_family, settings):
     """One landing of the fixture day (landing is the slow part), every assertion on it."""
     install_fixtures(settings, "2026-11-21")
     # Under a job group, as the stage server runs a stage (it cancels the stage by it).
@@ -210,3 +212,42 @@ def test_every_table_is_read_or_says_why_it_is_kept():
         if not re.search(r'(read_table|bronze|day_rows)\(\s*"%s"' % name, source) and "Kept for" not in schema.description
     ]
     assert unread == []
+
+
+def test_metrics_land_the_analytics_families_and_count_the_rest(spark, settings):
+    """By default only the /metrics families build reads land; the others are counted, not
+    checked; a line that is no sample is quarantined whatever it holds; land.metric_families
+    adds families by pattern (the fixture day's broker-1.prom and headerless.prom)."""
+    install_fixtures(settings, "2026-11-21")
+    files = survey_day(DAY, settings)["metrics"]
+
+    def landed(land: LandSettings) -> tuple[dict, dict, int]:
+        good, bad, parsed = land_kind(metrics, DAY, settings.model_copy(update={"land": land}), files)
+        try:
+            rows = {(r["source_file"].removeprefix("2026-11-21/metrics/"), r["line"]): r["metric"] for r in good.collect()}
+            reasons = {(r["source_file"].removeprefix("2026-11-21/metrics/"), r["line"]): r["reason"] for r in bad.collect()}
+        finally:
+            parsed.unpersist()
+        return rows, reasons, samples_not_landed(spark, files.read, land)
+
+    rows, reasons, not_landed = landed(LandSettings())
+    assert rows == {("broker-1.prom", 4): "pulsar_out_messages_total", ("broker-1.prom", 5): "pulsar_out_messages_total"}
+    # Lines 13 (a value that is no number) and 17 (outside the day) are samples of another
+    # family, and headerless.prom's only sample (`up 1`, no cluster) too: counted, not judged.
+    assert reasons == {
+        ("broker-1.prom", 12): "negative-counter",
+        ("broker-1.prom", 14): "malformed-line",
+        ("broker-1.prom", 15): "unknown-enum",
+        ("broker-1.prom", 16): "duplicate",
+    }
+    assert not_landed == 7  # lines 7, 9, 10, 11, 13, 17 and `up 1`
+
+    rows, reasons, not_landed = landed(LandSettings(metric_families=["pulsar_subscription_*"]))
+    assert set(rows) == {("broker-1.prom", 4), ("broker-1.prom", 5), ("broker-1.prom", 7)}
+    assert reasons[("broker-1.prom", 13)] == "wrong-type" and reasons[("broker-1.prom", 17)] == "outside-day"
+    assert not_landed == 4  # pulsar_storage_write_latency_bucket and _sum, jvm_memory_direct_bytes_used, up
+
+
+def test_metric_family_patterns_must_not_be_empty():
+    with pytest.raises(ValueError, match="empty pattern"):
+        LandSettings(metric_families=[" "])

@@ -64,7 +64,7 @@ def landed(parser, settings) -> tuple[list, list]:
 
 
 @pytest.mark.slow
-def test_compressed_files_land_like_their_plain_twins(spark, settings):
+def test_compressed_files_land_like_their_plain_twins(spark, every_metric_family, settings):
     install_fixtures(settings, "2026-11-21")
     parsers = (topic_stats, dispatch, metrics)  # whole-file JSON, JSON lines, Prometheus text
     plain = {p.KIND: landed(p, settings) for p in parsers}
@@ -119,7 +119,7 @@ def why_folder(settings) -> dict[str, str]:
 
 
 @pytest.mark.slow
-def test_every_file_of_the_day_is_landed_or_quarantined_and_the_summary_says_so(spark, settings):
+def test_every_file_of_the_day_is_landed_or_quarantined_and_the_summary_says_so(spark, every_metric_family, settings):
     expected = why_folder(settings)
     day = settings.landing / "2026-11-21"
     every_file = {p.relative_to(day).as_posix() for p in day.rglob("*") if not p.is_dir() or p.is_symlink()}

@@ -61,7 +61,7 @@ def install(settings) -> Path:
 
 
 @pytest.mark.slow
-def test_real_outputs_land(spark, settings):
+def test_real_outputs_land(spark, every_metric_family, settings):
     install(settings)
     landed = land_day(DAY, settings)
 

@@ -85,6 +85,7 @@ def large_window(bench: Bench, settings, partitions: int, minutes: int, day: dat
             measured["mb_per_second_per_core"] = round(entry["landing_mb"] / measured["seconds"] / bench.cores, 2)
             entry["land/floor"] = ratio(measured, floor)
             entry["quarantined"] = result.metrics.get("quarantined", 0)
+            entry["metrics_samples_not_landed"] = result.metrics.get("metrics_samples_not_landed", 0)
         if stage in ("land", "build"):
             rows_in = rows_out
         entry["stages"][step] = measured

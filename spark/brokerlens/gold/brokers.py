@@ -12,6 +12,7 @@ from datetime import date, timedelta
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
+from brokerlens.land.metrics import VERSION_METRIC
 from brokerlens.platform.settings import Settings
 from brokerlens.platform.tables import read_table
 
@@ -72,7 +73,7 @@ def broker_versions(metrics: DataFrame, day: date) -> DataFrame:
     major = F.regexp_extract(version, _VERSION, 1).cast("int")
     latest = Window.partitionBy("cluster", "broker").orderBy(F.col("collected_at").desc())
     return (
-        metrics.where((F.col("metric") == "pulsar_version_info") & (F.col("collected_at") < end) & major.isNotNull())
+        metrics.where((F.col("metric") == VERSION_METRIC) & (F.col("collected_at") < end) & major.isNotNull())
         .withColumn("_n", F.row_number().over(latest))
         .where("_n = 1")
         .select(

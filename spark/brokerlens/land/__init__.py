@@ -51,6 +51,8 @@ def land_kind(parser, day: date, settings: Settings, files: KindFiles | None = N
     if files is None:
         files = survey_day(day, settings)[parser.KIND]
     records = (read_whole if parser.WHOLE_FILE else read_lines)(spark, files.read)
+    if parser is metrics:  # the samples of other families are dropped before anything is parsed
+        records = metrics.landed_records(records, settings.land)
     if not parser.WHOLE_FILE:  # whole files are judged for duplicates per envelope, inside
         records = mark_duplicates(records, within_file=getattr(parser, "DUPLICATES_WITHIN_FILE", False))
     # Parsed once, used twice (bronze and quarantine), kept on local disk: every kind's parsed
@@ -73,7 +75,8 @@ def not_read_frame(not_read: list[NotRead], day: date, kind: str) -> DataFrame:
 def _land_kind_to_bronze(parser, day: date, settings: Settings, files: KindFiles):
     good, bad, parsed = land_kind(parser, day, settings, files)
     write = write_table(good, parser.TABLE, mode="replace", partitions=[{"day": day}], settings=settings)
-    return write, bad, parsed
+    not_landed = metrics.samples_not_landed(get_spark(settings), files.read, settings.land) if parser is metrics else 0
+    return write, bad, parsed, not_landed
 
 
 def land_day(day: date, settings: Settings) -> StageResult:
@@ -83,12 +86,14 @@ def land_day(day: date, settings: Settings) -> StageResult:
     files = survey_day(day, settings)
     calls = [partial(_land_kind_to_bronze, parser, day, settings, files[parser.KIND]) for parser in PARSERS]
     with progress(f"land {day}", total=len(PARSERS), unit="kinds") as step:
-        for parser, (write, bad, parsed) in zip(PARSERS, in_parallel(get_spark(settings), calls)):
+        for parser, (write, bad, parsed, not_landed) in zip(PARSERS, in_parallel(get_spark(settings), calls)):
             step.note(parser.KIND)
             step.advance()
             parsed_frames.append(parsed)
             result.writes.append(write)
             result.metrics[f"{parser.KIND}_rows"] = write.rows
+            if parser is metrics:
+                result.metrics["metrics_samples_not_landed"] = not_landed
             quarantined.append(bad)
     # Folders of no known kind: every file in them is a quarantine row, none is read.
     quarantined += [not_read_frame(f.not_read, day, kind) for kind, f in files.items() if kind not in KINDS]
@@ -124,7 +129,10 @@ def _summarise(result: StageResult, files: dict[str, KindFiles], counts: list) -
         per_kind[row["kind"]] = per_kind.get(row["kind"], 0) + row["count"]
     for kind, found in files.items():
         rows = result.metrics.get(f"{kind}_rows", 0)
-        result.lines.append(f"{kind}: {found.seen} files seen, {len(found.read)} read, {rows} rows, {per_kind.get(kind, 0)} quarantined")
+        line = f"{kind}: {found.seen} files seen, {len(found.read)} read, {rows} rows, {per_kind.get(kind, 0)} quarantined"
+        if not_landed := result.metrics.get(f"{kind}_samples_not_landed"):
+            line += f", {not_landed} samples of other families not landed (land.metric_families)"
+        result.lines.append(line)
     for row in counts:
         result.lines.append(f"quarantined {row['kind']}: {row['reason']} {row['count']}")
     if not counts:

@@ -9,6 +9,10 @@ A file saved with ``curl http://broker-1:8080/metrics > broker-1_8080.prom`` lan
 * time: the sample's millisecond timestamp (Pulsar 2.x-3.x write one), else the latest timestamp
   in the file, else the file's modification time (which must then lie on the landing day).
 
+Only the families brokerlens reads (``ANALYTICS_FAMILIES``) and those of the setting
+``land.metric_families`` land; the other samples are counted (``metrics_samples_not_landed``),
+not parsed or checked. A line that is not a sample at all is quarantined whatever its name.
+
 An optional first line ``# brokerlens: {"collected_at": ..., "cluster": ..., "broker": ...}``
 overrides all three; a header that is present but bad quarantines the file as one record.
 ``# TYPE`` lines give a family's type (once per family and file, whatever the order); ``# HELP``
@@ -18,10 +22,14 @@ and other comments are skipped; every other non-blank line is a sample
 
 from __future__ import annotations
 
+import fnmatch
 from datetime import date
+from pathlib import Path
 
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+
+from brokerlens.platform.settings import LandSettings
 
 from .checks import (
     MALFORMED_LINE,
@@ -61,6 +69,49 @@ _LABEL = r'([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"([^"\\]*(?:\\.[^"\\]*)*)"'
 _FAMILY_SUFFIX = r"_(bucket|sum|count|total|created)$"
 _FILE_NAME = r"([^/@]+?)(@[^/]*)?\.prom(\.gz|\.bz2)?$"
 _SKIPPED = "the file's samples are not landed"
+_NAME = r"^([a-zA-Z_:][a-zA-Z0-9_:]*)"
+# The families build reads from bronze_metrics (the only ones landed by default): the out
+# counters (silver.intervals), a cursor's range count (silver.cursors) and the broker's version
+# (gold.brokers).
+MSG_OUT_COUNTER, BYTES_OUT_COUNTER = "pulsar_out_messages_total", "pulsar_out_bytes_total"
+# A cursor's range count (ManagedCursorMetrics). Pulsar names it brk_ml_cursor_...; broker /metrics
+# writes every brk_ name as pulsar_ (PrometheusMetricsGenerator, already in 3.0.x and 4.x), and the
+# brk_ name appears in /admin/v2/broker-stats/metrics dumps: both are read.
+CURSOR_RANGES_METRICS = (
+    "pulsar_ml_cursor_nonContiguousDeletedMessagesRange",
+    "brk_ml_cursor_nonContiguousDeletedMessagesRange",
+)
+VERSION_METRIC = "pulsar_version_info"  # its `version` label
+ANALYTICS_FAMILIES = (MSG_OUT_COUNTER, BYTES_OUT_COUNTER, *CURSOR_RANGES_METRICS, VERSION_METRIC)
+
+
+def _landed(settings: LandSettings) -> F.Column | None:
+    """Whether a landing line lands (headers, comments, lines that are not a sample, and the
+    samples of the kept families); None: every line does (``land.metric_families`` has ``*``)."""
+    if "*" in settings.metric_families:
+        return None
+    raw = F.trim("raw")
+    name = F.regexp_extract(raw, _NAME, 1)
+    kept = name.isin(*ANALYTICS_FAMILIES)
+    if settings.metric_families:
+        # fnmatch's translation is also a Java regex: (?s:...) and \Z.
+        kept = kept | name.rlike("|".join(f"^{fnmatch.translate(p)}" for p in settings.metric_families))
+    return raw.startswith("#") | kept | ~raw.rlike(_SAMPLE)
+
+
+def landed_records(records: DataFrame, settings: LandSettings) -> DataFrame:
+    """The lines of ``records`` that land (:func:`_landed`)."""
+    landed = _landed(settings)
+    return records if landed is None else records.where(landed)
+
+
+def samples_not_landed(spark: SparkSession, paths: list[Path], settings: LandSettings) -> int:
+    """How many samples of ``paths`` do not land (other families), counted on the text alone."""
+    landed = _landed(settings)
+    if landed is None or not paths:
+        return 0
+    lines = spark.read.text([str(p) for p in paths]).withColumnRenamed("value", "raw")
+    return lines.where((F.trim("raw") != "") & ~landed).count()
 
 
 def _problem(reason: str, detail: F.Column) -> F.Column:

@@ -7,17 +7,12 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
+from brokerlens.land.metrics import CURSOR_RANGES_METRICS
+
 from .topics import namespace_of
 
 # Topic stats and internal stats are two admin calls: pair them if at most this far apart.
 STATS_PAIRING_SECONDS = 60
-# A cursor's range count (ManagedCursorMetrics). Pulsar names it brk_ml_cursor_...; broker /metrics
-# writes every brk_ name as pulsar_ (PrometheusMetricsGenerator, already in 3.0.x and 4.x), and the
-# brk_ name appears in /admin/v2/broker-stats/metrics dumps: both are read.
-CURSOR_RANGES_METRICS = (
-    "pulsar_ml_cursor_nonContiguousDeletedMessagesRange",
-    "brk_ml_cursor_nonContiguousDeletedMessagesRange",
-)
 
 
 def ledger_entries(internal: DataFrame) -> Column:

@@ -8,11 +8,13 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
+from brokerlens.land.metrics import BYTES_OUT_COUNTER, MSG_OUT_COUNTER
+
 from .topics import metric_topic
 
 SCOPE = ["level", "cluster", "topic", "subscription"]
 # Broker /metrics out counters (Pulsar's prometheus TopicStats) -> snapshot column.
-OUT_COUNTERS = {"pulsar_out_messages_total": "msg_counter", "pulsar_out_bytes_total": "bytes_counter"}
+OUT_COUNTERS = {MSG_OUT_COUNTER: "msg_counter", BYTES_OUT_COUNTER: "bytes_counter"}
 
 
 def _same(columns: list[str], left: DataFrame, right: DataFrame) -> Column:

@@ -129,11 +129,11 @@ def sprinkle(root: Path, landing: Path, day: date, cluster: str) -> list[dict]:
         "metrics",
         [
             (
-                labels.replace("pulsar_out_messages_total", "pulsar_out_messages_total", 1) + " -5.0",
+                labels + " -5.0",
                 "negative-counter",
                 "counter pulsar_out_messages_total = -5",
             ),
-            (labels.replace("pulsar_out_messages_total", "pulsar_rate_out", 1) + " fast", "wrong-type", "sample value 'fast' is not a number"),
+            (labels + " fast", "wrong-type", "sample value 'fast' is not a number"),
         ],
         out,
     )
