@@ -135,6 +135,8 @@ def test_summary_shows_the_large_day():
             "peak_jvm_heap_peak_mb": 300.0,
             "peak_python_driver_rss_mb": 100.0,
             "stages": {"land": {**stage(2.0 + 0.1 * m), "mb_per_second_per_core": 2.5}, "build silver": stage(2.0)},
+            "floor": {**stage(1.0), "mb_per_second_per_core": 10.0 * m / 1.0 / 2},
+            "land/floor": round(2.0 + 0.1 * m, 2),
         }
         for m in (15, 30)
     ]
@@ -162,6 +164,8 @@ def test_summary_shows_the_large_day():
     targets = bench.targets(results)
     assert targets["large day: projected hours for 50,000 partitions on 16 cores"] == projection["days"][1]["hours"]
     assert targets["large day: peak JVM RSS MB per window (15, 30 min)"] == "815, 830"
+    assert targets["large day, 30 min (300.0 MB): land MB/s per core, and its floor's"] == "2.5, 150.0"
+    assert targets["large day, 30 min: land/floor"] == 5.0
     text = bench.markdown({**results, "targets": targets})
     assert "| land | 1,000 | 900 | 5.0 | 250 | 2.5 | 800 | 300 |" in text
     assert "First 15 minutes: 150.0 MB generated" in text
