@@ -4,15 +4,17 @@ takes a broker.conf override, carries messages, and stops by its pid."""
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import time
 import uuid
+from pathlib import Path
 
 import psutil
 import pytest
 
-from pulsar_broker import REPO, pulsar_jars
+from pulsar_broker import LOWEST_PORT, REPO, free_port, pulsar_jars
 
 pytestmark = pytest.mark.pulsar
 
@@ -100,3 +102,32 @@ def test_stop_by_pid(broker):
     assert not psutil.pid_exists(pid)
     # 143: the JVM's exit on SIGTERM after its shutdown hooks ran (not SIGKILL's -9).
     assert broker.process.returncode in (0, 143)
+
+
+def test_a_port_taken_before_the_start_is_picked_again(broker):
+    """A port picked at construction and taken by another process before the broker binds it (CI
+    once saw the web port taken by the time the pool started a broker again): the start picks other
+    broker and web ports and starts again; the bookie keeps its port, which its cookie records."""
+    taken, bookie_port, starts = broker.web_port, broker.bookie_port, broker.starts
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as squatter:
+        squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # the stopped broker's connections linger in TIME_WAIT
+        squatter.bind(("127.0.0.1", taken))
+        squatter.listen()
+        broker.start()
+    try:
+        assert broker.web_port != taken
+        assert broker.bookie_port == bookie_port
+        assert broker.starts == starts + 2
+        assert "Address already in use" in broker.log_path.read_text(errors="replace")
+        assert "public/default" in broker.admin("GET", "/admin/v2/namespaces/public")
+    finally:
+        broker.stop()
+
+
+def test_free_ports_are_below_the_ephemeral_range():
+    """Outgoing connections and binds to port 0 take the kernel's ephemeral ports, so the brokers'
+    ports, bound only later, are picked below that range."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    ports = {free_port() for _ in range(20)}
+    assert all(LOWEST_PORT <= port < low for port in ports), ports
+    assert len(ports) > 1

@@ -13,6 +13,7 @@ probe, ``pulsar-client`` (the dev extra).
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import signal
 import socket
@@ -105,7 +106,30 @@ PROBE_TOPIC = "persistent://public/default/brokerlens-probe"
 BOOKIE_UNKNOWN = "bookie is unknown"
 
 
+# Ports are picked below the kernel's ephemeral range: the kernel hands ports of that range to every
+# outgoing connection and every bind to port 0, so a port picked there and bound only later (a broker
+# the pool stopped and starts again) can be taken meanwhile, as a CI run saw.
+LOWEST_PORT = 20000
+BIND_FAILED = "Address already in use"
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
+
+
 def free_port() -> int:
+    """A port free on 127.0.0.1 now, outside the ephemeral range when there is room below it."""
+    low, high = LOWEST_PORT, _ephemeral_low()
+    for port in random.sample(range(low, high), min(200, max(0, high - low))):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -169,27 +193,27 @@ class PulsarBroker:
             shutil.rmtree(folder, ignore_errors=True)
             folder.mkdir()
             shutil.copyfile(self.interceptor_nar, folder / self.interceptor_nar.name)
-        conf = self._write_config()
         java = os.path.join(os.environ["JAVA_HOME"], "bin", "java") if os.environ.get("JAVA_HOME") else "java"
-        command = [
-            java,
-            *JVM_OPTIONS,
-            f"-Dlog4j2.configurationFile={self.root / 'log4j2.properties'}",
-            "-cp",
-            f"{self.lib}/*",
-            "org.apache.pulsar.PulsarStandaloneStarter",
-            "--config",
-            str(conf),
-            "--no-functions-worker",
-            "--no-stream-storage",
-            "--bookkeeper-port",
-            str(self.bookie_port),
-            "--bookkeeper-dir",
-            str(self.root / "data" / "bookkeeper"),
-            "--metadata-dir",
-            str(self.root / "data" / "metadata"),
-        ]
+        first_start = not (self.root / "data" / "bookkeeper").exists()
         for attempt in range(1, START_ATTEMPTS + 1):
+            command = [
+                java,
+                *JVM_OPTIONS,
+                f"-Dlog4j2.configurationFile={self.root / 'log4j2.properties'}",
+                "-cp",
+                f"{self.lib}/*",
+                "org.apache.pulsar.PulsarStandaloneStarter",
+                "--config",
+                str(self._write_config()),
+                "--no-functions-worker",
+                "--no-stream-storage",
+                "--bookkeeper-port",
+                str(self.bookie_port),
+                "--bookkeeper-dir",
+                str(self.root / "data" / "bookkeeper"),
+                "--metadata-dir",
+                str(self.root / "data" / "metadata"),
+            ]
             self.log_offset = self.log_path.stat().st_size if self.log_path.is_file() else 0
             with open(self.root / "stdout.log", "ab") as out:
                 self.process = subprocess.Popen(command, cwd=self.root, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
@@ -208,6 +232,16 @@ class PulsarBroker:
                 self.kill()
                 if attempt == START_ATTEMPTS:
                     raise
+            except BrokerError:
+                # Another process took a port picked at __init__ before the broker bound it: pick
+                # others and start again. The bookie's port stays once it has data (its cookie
+                # records the bookie's address).
+                self.kill()
+                if BIND_FAILED not in self.log_since_start() or attempt == START_ATTEMPTS:
+                    raise
+                self.broker_port, self.web_port = free_port(), free_port()
+                if first_start:
+                    self.bookie_port = free_port()
             except BaseException:
                 self.kill()
                 raise
