@@ -12,7 +12,6 @@ from __future__ import annotations
 import email
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -20,14 +19,10 @@ from email.message import Message
 from email.policy import default as default_policy
 from pathlib import Path
 
+from pulsar_broker import free_port  # below the ephemeral range (infra/pulsar/standalone.py)
+
 REPO = Path(__file__).resolve().parents[1]
 VENV_BIN = Path(sys.executable).parent
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def airflow_env(airflow_home: Path, brokerlens_home: Path, smtp_port: int, **extra: str) -> dict[str, str]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import email
 import json
 import shutil
-import socket
 from datetime import date, timedelta
 from email import policy
 from pathlib import Path
@@ -18,16 +17,11 @@ from brokerlens import cli
 from brokerlens.gold.holes.build import build_holes
 from brokerlens.platform.settings import get_settings, reload_settings
 from holes_data import at, snap, write_snapshots
+from pulsar_broker import free_port  # below the ephemeral range (infra/pulsar/standalone.py)
 
 D1 = date(2026, 11, 21)
 D2 = D1 + timedelta(days=1)
 PAY_TOPIC = "persistent://payments/orders/charges-partition-0"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Inbox:

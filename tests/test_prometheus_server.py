@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import socket
 import subprocess
 import time
 from datetime import date, datetime, timezone
@@ -21,6 +20,7 @@ import pytest
 import requests
 
 from brokerlens.sources.collect import collect
+from pulsar_broker import free_port  # below the ephemeral range (infra/pulsar/standalone.py)
 
 DAY = date(2026, 11, 21)
 START = int(datetime(2026, 11, 21, tzinfo=timezone.utc).timestamp())
@@ -65,12 +65,6 @@ def _openmetrics() -> str:
     return "\n".join(lines[:4] + body) + "\n# EOF\n"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def prometheus(tmp_path):
     server, promtool = _binaries()
@@ -80,7 +74,7 @@ def prometheus(tmp_path):
     subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", str(source), str(data)], check=True, capture_output=True, timeout=300)
     config = tmp_path / "prometheus.yml"
     config.write_text("global:\n  scrape_interval: 60s\nscrape_configs: []\n")
-    port = _free_port()
+    port = free_port()
     log = (tmp_path / "prometheus.log").open("w")
     proc = subprocess.Popen(
         [server, f"--config.file={config}", f"--storage.tsdb.path={data}", f"--web.listen-address=127.0.0.1:{port}", "--storage.tsdb.retention.time=100y"],
