@@ -22,11 +22,13 @@ from pathlib import Path
 from pulsar_broker import free_port  # below the ephemeral range (infra/pulsar/standalone.py)
 
 REPO = Path(__file__).resolve().parents[1]
+# The JVM options conftest.py gives the brokerlens processes tests start.
+JIT_ENV = "BROKERLENS_SPARK__DRIVER_JAVA_OPTIONS"
 VENV_BIN = Path(sys.executable).parent
 
 
 def airflow_env(airflow_home: Path, brokerlens_home: Path, smtp_port: int, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "BROKERLENS_"))}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "BROKERLENS_")) or k == JIT_ENV}
     env.update(
         {
             "PATH": f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}",  # spark-submit and python3

@@ -42,6 +42,18 @@ def test_sql_json_prints_only_a_json_array(spark, brokerlens_command):
 
 
 @pytest.mark.slow
+def test_driver_java_options_reach_the_driver_jvm(brokerlens_command):
+    """``spark.driver_java_options`` follow brokerlens' own JVM options, and the driver JVM has them."""
+    env = {**os.environ, "BROKERLENS_SPARK__DRIVER_JAVA_OPTIONS": "-XX:TieredStopAtLevel=1 -Dbrokerlens.marker=here"}
+    query = (
+        "SELECT reflect('java.lang.System', 'getProperty', 'brokerlens.marker') AS marker, reflect('java.lang.System', 'getProperty', 'user.timezone') AS zone"
+    )
+    proc = subprocess.run(brokerlens_command("sql", "--format", "json", query), capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == [{"marker": "here", "zone": "UTC"}]
+
+
+@pytest.mark.slow
 def test_a_typo_in_a_column_says_so_in_one_line_and_exits_2(spark, brokerlens_command, brokerlens_home):
     seed_quarantine(spark)
     proc = subprocess.run(brokerlens_command("sql", "SELECT nope FROM quarantine"), capture_output=True, text=True, timeout=300)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from datetime import date, datetime, timedelta
@@ -10,7 +11,7 @@ from datetime import date, datetime, timedelta
 import pytest
 import yaml
 
-from airflow_harness import REPO, airflow_env
+from airflow_harness import JIT_ENV, REPO, airflow_env
 
 # Loads the DagBag in a fresh process (Airflow reads its configuration once per process) and
 # prints what the tests check, as JSON.
@@ -49,6 +50,7 @@ for dag_id, dag in bag.dags.items():
             "connections": list(getattr(t, "connections", [])),
             "application": getattr(t, "application", None),
             "application_args": getattr(t, "application_args", None),
+            "conf": getattr(t, "conf", None),
             "on_failure": [f"{c.__module__}.{c.__qualname__}" for c in (t.on_failure_callback or [])],
         }
     out["dags"][dag_id] = {
@@ -136,6 +138,9 @@ def test_each_step_is_a_spark_submit_of_the_cli_with_retries_and_failure_mail(da
         assert task["retries"] == 2
         assert task["backoff"] == 2.0 and task["retry_delay"] == 120 and task["max_retry_delay"] == 1800
         assert task["on_failure"] == ["brokerlens.airflow_support.notify_failure"]
+        # The driver's JVM options: brokerlens' own, then the settings' (conftest.py's JIT_ENV).
+        java_options = task["conf"]["spark.driver.extraJavaOptions"]
+        assert "-Duser.timezone=UTC" in java_options and java_options.endswith(f"UTC {os.environ[JIT_ENV]}".strip()), java_options
     # Only alert mails: it alone gets the SMTP connection handed to its process.
     assert {s: t["connections"] for s, t in tasks.items() if t["connections"]} == {"alert": ["smtp_default"]}
 

@@ -41,6 +41,7 @@ from pathlib import Path
 import pytest
 from aiosmtpd.controller import Controller
 
+from airflow_harness import JIT_ENV
 from alert_helpers import free_port
 from brokerlens.deliver.query import run_sql
 from brokerlens.pipeline import DAILY_STEPS, run_stage
@@ -119,7 +120,7 @@ def smtp_url(port: int) -> str:
 def zone_env(zone: str) -> dict[str, str]:
     """A brokerlens process's environment under ``TZ=zone``, none of this one's settings."""
     assert Path("/usr/share/zoneinfo", zone).is_file(), f"time zone data (tzdata) missing for {zone}"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("BROKERLENS_", "AIRFLOW_CONN_"))}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("BROKERLENS_", "AIRFLOW_CONN_")) or k == JIT_ENV}
     env.update(
         TZ=zone,
         BROKERLENS_SPARK__SHUFFLE_PARTITIONS="2",

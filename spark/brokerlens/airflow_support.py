@@ -33,6 +33,7 @@ from airflow.sdk import Asset
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from brokerlens.platform.schemas import table_schemas
+from brokerlens.platform.settings import get_settings
 
 log = logging.getLogger(__name__)
 
@@ -96,9 +97,10 @@ def env_int(name: str, default: int) -> int:
 
 def spark_conf() -> dict[str, str]:
     """Spark settings every stage needs whatever the cluster: brokerlens's quiet log4j setup
-    (driver in client mode), UTC. The rest comes from the connection and spark-defaults.conf."""
-    java_opts = f"-Dlog4j2.configurationFile=file:{LOG4J} -Duser.timezone=UTC"
-    return {"spark.driver.extraJavaOptions": java_opts}
+    (driver in client mode), UTC, and the settings' ``spark.driver_java_options``. The rest comes
+    from the connection and spark-defaults.conf."""
+    java_opts = f"-Dlog4j2.configurationFile=file:{LOG4J} -Duser.timezone=UTC {get_settings().spark.driver_java_options}"
+    return {"spark.driver.extraJavaOptions": java_opts.strip()}
 
 
 def with_session_jars(conf: dict[str, str]) -> dict[str, str]:

@@ -33,6 +33,10 @@ class SparkSettings(BaseModel):
     shuffle_partitions: int = 8
     driver_memory: str = "2g"
     ui: bool = False
+    # JVM options appended to brokerlens' own for the driver (a local session's, and the DAG's
+    # spark-submit's), e.g. "-XX:TieredStopAtLevel=1": with the quick compiler only, a one-shot
+    # command in a new JVM is up to a third faster, a JVM that runs on slower (docs/operations.md).
+    driver_java_options: str = ""
     conf: dict[str, str] = Field(default_factory=dict)
 
     @field_validator("conf")

@@ -92,7 +92,7 @@ def get_spark(settings: Settings | None = None) -> SparkSession:
             .config("spark.driver.memory", settings.spark.driver_memory)
             .config("spark.driver.host", "127.0.0.1")
             .config("spark.driver.bindAddress", "127.0.0.1")
-            .config("spark.driver.extraJavaOptions", f"{java_opts} {class_archive_options(jars)}".strip())
+            .config("spark.driver.extraJavaOptions", f"{java_opts} {class_archive_options(jars)} {settings.spark.driver_java_options}".strip())
             .config("spark.executor.extraJavaOptions", java_opts)
         )
     builder = builder.config("spark.sql.shuffle.partitions", str(settings.spark.shuffle_partitions))
