@@ -3,6 +3,7 @@ takes a broker.conf override, carries messages, and stops by its pid."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -14,7 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from pulsar_broker import LOWEST_PORT, REPO, free_port, pulsar_jars
+from pulsar_broker import LOWEST_PORT, REPO, TEST_JVM_OPTIONS, PulsarBroker, free_port, pulsar_jars
 
 pytestmark = pytest.mark.pulsar
 
@@ -104,24 +105,46 @@ def test_stop_by_pid(broker):
     assert broker.process.returncode in (0, 143)
 
 
+@contextlib.contextmanager
+def taken(port: int):
+    """Another process's listener on ``port`` meanwhile."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as squatter:
+        squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a stopped broker's connections linger in TIME_WAIT
+        squatter.bind(("127.0.0.1", port))
+        squatter.listen()
+        yield
+
+
 def test_a_port_taken_before_the_start_is_picked_again(broker):
     """A port picked at construction and taken by another process before the broker binds it (CI
     once saw the web port taken by the time the pool started a broker again): the start picks other
     broker and web ports and starts again; the bookie keeps its port, which its cookie records."""
-    taken, bookie_port, starts = broker.web_port, broker.bookie_port, broker.starts
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as squatter:
-        squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # the stopped broker's connections linger in TIME_WAIT
-        squatter.bind(("127.0.0.1", taken))
-        squatter.listen()
+    web_port, bookie_port, starts = broker.web_port, broker.bookie_port, broker.starts
+    with taken(web_port):
         broker.start()
     try:
-        assert broker.web_port != taken
+        assert broker.web_port != web_port
         assert broker.bookie_port == bookie_port
         assert broker.starts == starts + 2
         assert "Address already in use" in broker.log_path.read_text(errors="replace")
         assert "public/default" in broker.admin("GET", "/admin/v2/namespaces/public")
     finally:
         broker.stop()
+
+
+def test_a_port_taken_before_a_first_start_is_picked_again(tmp_path):
+    """The same on a broker's first start: what the failed attempt wrote goes, and the bookie takes
+    another port as well."""
+    broker = PulsarBroker(tmp_path / "broker", pulsar_jars.LTS, jvm_options=TEST_JVM_OPTIONS)
+    web_port, bookie_port = broker.web_port, broker.bookie_port
+    with taken(web_port):
+        broker.start()
+    try:
+        assert broker.web_port != web_port and broker.bookie_port != bookie_port
+        assert broker.starts == 2
+        assert "public/default" in broker.admin("GET", "/admin/v2/namespaces/public")
+    finally:
+        broker.kill()  # its data is the test's own: no graceful shutdown needed
 
 
 def test_free_ports_are_below_the_ephemeral_range():

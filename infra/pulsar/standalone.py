@@ -237,13 +237,15 @@ class PulsarBroker:
                     raise
             except BrokerError:
                 # Another process took a port picked at __init__ before the broker bound it: pick
-                # others and start again. The bookie's port stays once it has data (its cookie
-                # records the bookie's address).
+                # others and start again. The bookie keeps its port once it had data before this
+                # start (its cookie records the bookie's address); on a first start the data this
+                # attempt wrote goes, and the bookie takes another port too.
                 self.kill()
                 if BIND_FAILED not in self.log_since_start() or attempt == START_ATTEMPTS:
                     raise
                 self.broker_port, self.web_port = free_port(), free_port()
                 if first_start:
+                    shutil.rmtree(self.root / "data", ignore_errors=True)
                     self.bookie_port = free_port()
             except BaseException:
                 self.kill()
@@ -277,6 +279,8 @@ class PulsarBroker:
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise BrokerError(f"broker {self.version} exited with {self.process.returncode}:\n{self.log_tail()}")
+            if BIND_FAILED in self.log_since_start():  # no need to wait for its shutdown
+                raise BrokerError(f"broker {self.version} could not bind a port:\n{self.log_tail()}")
             try:
                 # The admin API answers before the standalone has created public/default.
                 response = requests.get(self.admin_url + "/admin/v2/namespaces/public", timeout=5)
