@@ -15,7 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from pulsar_broker import LOWEST_PORT, REPO, TEST_JVM_OPTIONS, PulsarBroker, free_port, pulsar_jars
+from pulsar_broker import LOWEST_PORT, REPO, PulsarBroker, free_port, pulsar_jars
 
 pytestmark = pytest.mark.pulsar
 
@@ -135,7 +135,7 @@ def test_a_port_taken_before_the_start_is_picked_again(broker):
 def test_a_port_taken_before_a_first_start_is_picked_again(tmp_path):
     """The same on a broker's first start: what the failed attempt wrote goes, and the bookie takes
     another port as well."""
-    broker = PulsarBroker(tmp_path / "broker", pulsar_jars.LTS, jvm_options=TEST_JVM_OPTIONS)
+    broker = PulsarBroker(tmp_path / "broker", pulsar_jars.LTS)
     web_port, bookie_port = broker.web_port, broker.bookie_port
     with taken(web_port):
         broker.start()
