@@ -98,6 +98,10 @@ class BrokerUnusable(BrokerError):
     """The standalone answers its admin API but cannot store a message."""
 
 
+class PortTaken(BrokerError):
+    """The standalone could not bind one of its ports: another process has it."""
+
+
 # Starts of one standalone before it is given up (see PulsarBroker.start), and the probe's bound.
 START_ATTEMPTS = 3
 PROBE_TIMEOUT_SECONDS = 20
@@ -232,13 +236,13 @@ class PulsarBroker:
                 self.kill()
                 if attempt == START_ATTEMPTS:
                     raise
-            except BrokerError:
+            except PortTaken:
                 # Another process took a port picked at __init__ before the broker bound it: pick
                 # others and start again. The bookie keeps its port once it had data before this
                 # start (its cookie records the bookie's address); on a first start the data this
                 # attempt wrote goes, and the bookie takes another port too.
                 self.kill()
-                if BIND_FAILED not in self.log_since_start() or attempt == START_ATTEMPTS:
+                if attempt == START_ATTEMPTS:
                     raise
                 self.broker_port, self.web_port = free_port(), free_port()
                 if first_start:
@@ -274,10 +278,12 @@ class PulsarBroker:
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + START_TIMEOUT_SECONDS
         while time.monotonic() < deadline:
+            # Before the exit check: a standalone that cannot bind a port shuts down, and need not
+            # be waited for.
+            if BIND_FAILED in self.log_since_start():
+                raise PortTaken(f"broker {self.version} could not bind a port:\n{self.log_tail()}")
             if self.process.poll() is not None:
                 raise BrokerError(f"broker {self.version} exited with {self.process.returncode}:\n{self.log_tail()}")
-            if BIND_FAILED in self.log_since_start():  # no need to wait for its shutdown
-                raise BrokerError(f"broker {self.version} could not bind a port:\n{self.log_tail()}")
             try:
                 # The admin API answers before the standalone has created public/default.
                 response = requests.get(self.admin_url + "/admin/v2/namespaces/public", timeout=5)
