@@ -128,6 +128,16 @@ class Collector:
         self._thread.join(60)
         self.once()  # the counters after the traffic
 
+    def settled(self, timeout: float = 60) -> None:
+        """Return once a collect that began after this call has ended: what the broker changed
+        before the call (a policy, a dynamic setting) is in the landing, however loaded the machine."""
+        target = self.runs + 2  # the collect under way now may have read the broker before the change
+        deadline = time.monotonic() + timeout
+        while self.runs < target:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no collect ended within {timeout:.0f}s ({self.errors[-1:] or 'no errors'})")
+            time.sleep(0.1)
+
     def once(self) -> None:
         collect(None, self.settings, admin_url=self.broker.admin_url)
         if self.runs % self.metrics_every == 0:

@@ -51,7 +51,7 @@ def sleep_to(offset: float) -> float:
     return second
 
 
-def experiments(broker) -> dict:
+def experiments(broker, collector) -> dict:
     client, seen = broker.client(), {}
     stamp = int(time.time())
 
@@ -63,7 +63,7 @@ def experiments(broker) -> dict:
         subscribe_first(client, t, SUB)
         broker.admin("POST", broker.topic_path(t) + "/subscriptionDispatchRate", json=RATE)
         produce(client, t, messages, batch=batch)
-        time.sleep(2)  # the policy collected before the consumer comes
+        collector.settled()  # the policy collected before the consumer comes
         return t
 
     sent: dict[int, tuple[int, float, float]] = {}
@@ -93,7 +93,7 @@ def experiments(broker) -> dict:
         subscribe_first(client, t, SUB)
         produce(client, t, 300)
         broker.set_dynamic("dispatchThrottlingRateInMsg", Q)
-        time.sleep(2)  # the broker configuration collected before the consumer comes
+        collector.settled()  # the broker configuration collected before the consumer comes
         try:
             seen["broker-limit"] = (t, consume(client, t, SUB, 4))
         finally:
@@ -110,7 +110,7 @@ def day(pulsar_brokers, spark, tmp_path_factory):
     started = time.monotonic()
     with Collector(broker, settings) as collector:
         time.sleep(1)
-        run = experiments(broker)
+        run = experiments(broker, collector)
         time.sleep(2.5)  # the last second flushed (0.3 s after it closes) before the last collect
     assert not collector.errors, collector.errors
     dropped = requests.get(broker.admin_url + pulsar_interceptor.PATH, params={"limit": 1}, timeout=30).headers["X-Brokerlens-Dropped-Records"]

@@ -54,6 +54,10 @@ BASE_CONFIG = {
     "allowAutoTopicCreationType": "non-partitioned",
     # 3.0.x refuses to start when it cannot read the NIC speed (containers), for its load balancer.
     "loadBalancerOverrideBrokerNicSpeedGbps": 10,
+    # The bookie reads this file too. BookKeeper's DiskChecker turns it read-only when its disk's
+    # used fraction passes 0.95, and a CI machine's disk (a large volume, little of it usable) was
+    # at 0.965: every broker after that one stored nothing. The test bookies write megabytes.
+    "diskUsageThreshold": 0.99,
 }
 JVM_OPTIONS = [
     "-Xms256m",
@@ -102,6 +106,11 @@ class PortTaken(BrokerError):
     """The standalone could not bind one of its ports: another process has it."""
 
 
+class BookieReadOnly(BrokerError):
+    """The standalone's bookie started read-only (its disk is fuller than ``diskUsageThreshold``):
+    another start cannot help."""
+
+
 # Starts of one standalone before it is given up (see PulsarBroker.start), and the probe's bound.
 START_ATTEMPTS = 3
 PROBE_TIMEOUT_SECONDS = 20
@@ -115,6 +124,9 @@ BOOKIE_UNKNOWN = "bookie is unknown"
 # the pool stopped and starts again) can be taken meanwhile, as a CI run saw.
 LOWEST_PORT = 20000
 BIND_FAILED = "Address already in use"
+# What BookKeeper's BookieStateManager logs when the bookie goes read-only, and its DiskChecker's why.
+BOOKIE_READ_ONLY = "Transitioning Bookie to ReadOnly mode"
+DISK_CHECK = "Used space fraction"
 
 
 def _ephemeral_low() -> int:
@@ -199,11 +211,15 @@ class PulsarBroker:
             shutil.copyfile(self.interceptor_nar, folder / self.interceptor_nar.name)
         java = os.path.join(os.environ["JAVA_HOME"], "bin", "java") if os.environ.get("JAVA_HOME") else "java"
         first_start = not (self.root / "data" / "bookkeeper").exists()
+        # RocksDB and Netty unpack their native libraries into java.io.tmpdir, 13 MB a start, left
+        # behind by a killed JVM: in the broker's folder they go with it.
+        (self.root / "tmp").mkdir(exist_ok=True)
         for attempt in range(1, START_ATTEMPTS + 1):
             command = [
                 java,
                 *JVM_OPTIONS,
                 f"-Dlog4j2.configurationFile={self.root / 'log4j2.properties'}",
+                f"-Djava.io.tmpdir={self.root / 'tmp'}",
                 "-cp",
                 f"{self.lib}/*",
                 "org.apache.pulsar.PulsarStandaloneStarter",
@@ -280,8 +296,15 @@ class PulsarBroker:
         while time.monotonic() < deadline:
             # Before the exit check: a standalone that cannot bind a port shuts down, and need not
             # be waited for.
-            if BIND_FAILED in self.log_since_start():
+            log = self.log_since_start()
+            if BIND_FAILED in log:
                 raise PortTaken(f"broker {self.version} could not bind a port:\n{self.log_tail()}")
+            if BOOKIE_READ_ONLY in log:
+                why = "\n".join(line for line in log.splitlines() if DISK_CHECK in line) or self.log_tail()
+                raise BookieReadOnly(
+                    f"broker {self.version}: its bookie started read-only, so no topic can be written "
+                    f"(diskUsageThreshold={self.config.get('diskUsageThreshold')}); free disk space:\n{why}"
+                )
             if self.process.poll() is not None:
                 raise BrokerError(f"broker {self.version} exited with {self.process.returncode}:\n{self.log_tail()}")
             try:
