@@ -61,9 +61,16 @@ def experiments(broker, collector) -> dict:
     def limited(name: str, messages: int, batch: int | None = None) -> str:
         t = topic(name)
         subscribe_first(client, t, SUB)
-        broker.admin("POST", broker.topic_path(t) + "/subscriptionDispatchRate", json=RATE)
+        policy = broker.topic_path(t) + "/subscriptionDispatchRate"
+        broker.admin("POST", policy, json=RATE)
+        # A topic policy reaches the admin API once the broker has read it back from its system
+        # topic (a CI run's collect a second later still missed it): then a collect must follow.
+        deadline = time.monotonic() + 30
+        while (broker.admin("GET", policy) or {}).get("dispatchThrottlingRateInMsg") != Q:
+            assert time.monotonic() < deadline, f"{policy} not applied within 30 s"
+            time.sleep(0.1)
         produce(client, t, messages, batch=batch)
-        collector.settled()  # the policy collected before the consumer comes
+        collector.settled()  # the policy and the backlog collected before the consumer comes
         return t
 
     sent: dict[int, tuple[int, float, float]] = {}
