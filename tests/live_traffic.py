@@ -64,6 +64,19 @@ def subscribe_first(client: pulsar.Client, topic: str, subscription: str) -> Non
     client.subscribe(topic, subscription, consumer_type=pulsar.ConsumerType.Exclusive).close()
 
 
+def set_dispatch_rate(broker, topic: str, rate: dict, kind: str = "subscriptionDispatchRate", timeout: float = 30) -> None:
+    """Set a topic's dispatch-rate policy (``kind``: ``subscriptionDispatchRate`` or
+    ``dispatchRate``) and return once the admin API gives it back: a topic policy takes effect
+    when the broker has read it back from its system topic, and a collect sooner than that
+    (a CI run's, a second later) still misses it."""
+    path = broker.topic_path(topic) + "/" + kind
+    broker.admin("POST", path, json=rate)
+    deadline = time.monotonic() + timeout
+    while (broker.admin("GET", path) or {}).get("dispatchThrottlingRateInMsg") != rate["dispatchThrottlingRateInMsg"]:
+        assert time.monotonic() < deadline, f"{path} not applied within {timeout:.0f} s"
+        time.sleep(0.1)
+
+
 def produce(client: pulsar.Client, topic: str, messages: int, batch: int | None = None, size: int = 100) -> None:
     """``messages`` of ``size`` bytes at once; ``batch``: entries of exactly that many messages
     (each batch flushed whole)."""

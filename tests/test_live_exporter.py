@@ -32,7 +32,7 @@ import requests
 from brokerlens.pipeline import run_stage
 from brokerlens.platform.settings import Settings
 from brokerlens.platform.tables import read_table
-from live_traffic import Collector, consume, produce, subscribe_first
+from live_traffic import Collector, consume, produce, set_dispatch_rate, subscribe_first
 from pulsar_broker import pulsar_interceptor, pulsar_jars
 
 pytestmark = pytest.mark.pulsar
@@ -61,14 +61,7 @@ def experiments(broker, collector) -> dict:
     def limited(name: str, messages: int, batch: int | None = None) -> str:
         t = topic(name)
         subscribe_first(client, t, SUB)
-        policy = broker.topic_path(t) + "/subscriptionDispatchRate"
-        broker.admin("POST", policy, json=RATE)
-        # A topic policy reaches the admin API once the broker has read it back from its system
-        # topic (a CI run's collect a second later still missed it): then a collect must follow.
-        deadline = time.monotonic() + 30
-        while (broker.admin("GET", policy) or {}).get("dispatchThrottlingRateInMsg") != Q:
-            assert time.monotonic() < deadline, f"{policy} not applied within 30 s"
-            time.sleep(0.1)
+        set_dispatch_rate(broker, t, RATE)
         produce(client, t, messages, batch=batch)
         collector.settled()  # the policy and the backlog collected before the consumer comes
         return t

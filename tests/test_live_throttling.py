@@ -15,7 +15,7 @@ import time
 from datetime import datetime, timezone
 
 import pytest
-from live_traffic import Collector, at_once, consume, produce, subscribe_first
+from live_traffic import Collector, at_once, consume, produce, set_dispatch_rate, subscribe_first
 from pulsar_broker import pulsar_jars
 
 from brokerlens.pipeline import run_stage
@@ -45,7 +45,7 @@ def rate(msgs: int) -> dict:
     return {"dispatchThrottlingRateInMsg": msgs, **RATE}
 
 
-def experiments(broker, label: str) -> dict:
+def experiments(broker, label: str, collector: Collector) -> dict:
     """Run the experiments for ``label`` on ``broker`` (one topic each); {name: (topic, Received)}."""
     client, seen = broker.client(), {}
     stamp = int(time.time())
@@ -56,9 +56,9 @@ def experiments(broker, label: str) -> dict:
     def limited(name: str, messages: int, batch: int | None = None, kind: str = "subscriptionDispatchRate") -> str:
         t = topic(name)
         subscribe_first(client, t, SUB)
-        broker.admin("POST", broker.topic_path(t) + "/" + kind, json=rate(Q))
+        set_dispatch_rate(broker, t, rate(Q), kind)
         produce(client, t, messages, batch=batch)
-        time.sleep(2)  # the policy and the backlog collected before the consumer comes
+        collector.settled()  # the policy and the backlog collected before the consumer comes
         return t
 
     try:
@@ -82,15 +82,15 @@ def experiments(broker, label: str) -> dict:
     return seen
 
 
-def keeping_up(broker, label: str) -> dict:
+def keeping_up(broker, label: str, collector: Collector) -> dict:
     """A consumer attached before anything is published keeps up with a producer at about 120
     msg/s under a 50 msg/s subscription limit for 6 s; {name: (topic, Received)}."""
     client = broker.client()
     t = f"persistent://public/default/{label}-caught-up-{int(time.time())}"
     try:
         subscribe_first(client, t, SUB)
-        broker.admin("POST", broker.topic_path(t) + "/subscriptionDispatchRate", json=rate(Q))
-        time.sleep(2)  # the policy collected before the traffic
+        set_dispatch_rate(broker, t, rate(Q))
+        collector.settled()  # the policy collected before the traffic
 
         def paced():
             producer = client.create_producer(t, batching_enabled=False)
@@ -119,7 +119,7 @@ def day(pulsar_brokers, spark, tmp_path_factory):
         broker = pulsar_brokers.get(pulsar_jars.LTS, CONFIGS[label])
         with Collector(broker, settings) as collector:
             time.sleep(1)
-            seen = keeping_up(broker, label) if label == "non-backlog-off" else experiments(broker, label)
+            seen = (keeping_up if label == "non-backlog-off" else experiments)(broker, label, collector)
         assert not collector.errors, collector.errors
         stats = {name: broker.stats(t)["subscriptions"][SUB] for name, (t, _) in seen.items()}
         return {"broker": f"127.0.0.1:{broker.web_port}", "seen": seen, "stats": stats}
