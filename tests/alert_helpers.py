@@ -108,7 +108,7 @@ def build_days(spark, ranges_by_day: dict[date, dict[str, int]]) -> None:
                 snap(at(d, h), None, sub="audit", reported=ranges["audit"], source="topic-stats", sub_type="Failover"),
                 snap(at(d, h), None, sub="search", reported=ranges["search"], source="topic-stats"),
             ]
-        write_snapshots(spark, rows, d)
+        write_snapshots(spark, rows, d, settings)
         build_holes(d, settings)
     if key not in _built:
         _built[key] = settings.lake.with_name("built-days-lake")
@@ -124,7 +124,7 @@ def build_two_days(spark) -> None:
     build_days(spark, {D1: DAY1_RANGES, D2: {"charges": 12_000, "billing": 10_400, "audit": 300, "search": 8_800}})
 
 
-def write_limiters(spark, day: date) -> None:
+def write_limiters(spark, day: date, settings) -> None:
     """dispatch_daily rows of ``day``: two brokers of c1 with their limiter model and its source
     (two scopes on b41: one line per broker), one broker of c2."""
     from brokerlens.platform.schemas import table_schema
@@ -144,7 +144,7 @@ def write_limiters(spark, day: date) -> None:
                    share_batch_msgs=None, share_redelivery_msgs=None, share_other_msgs=None,
                    share_redelivery_bytes=None, share_approx_bytes=None)  # fmt: skip
         rows.append(tuple(row[c] for c in schema.column_names))
-    write_table(spark.createDataFrame(rows, schema.struct), "dispatch_daily", "replace", [{"day": day}])
+    write_table(spark.createDataFrame(rows, schema.struct), "dispatch_daily", "replace", [{"day": day}], settings=settings)
 
 
 def run_alert(*args):

@@ -59,10 +59,10 @@ def snap(
     )
 
 
-def write_snapshots(spark, rows: list[dict], day: date) -> None:
+def write_snapshots(spark, rows: list[dict], day: date, settings) -> None:
     schema = table_schema("cursor_snapshots")
     df = spark.createDataFrame([tuple(r[c] for c in schema.column_names) for r in rows], schema.struct)
-    write_table(df, "cursor_snapshots", mode="replace", partitions=[{"day": day}])
+    write_table(df, "cursor_snapshots", mode="replace", partitions=[{"day": day}], settings=settings)
 
 
 def range_string(ranges: list[tuple[int, int, int, int]]) -> str:

@@ -21,11 +21,11 @@ T1 = dict(level="topic", cluster="c1", broker="broker-1:8080", topic="persistent
 B1 = dict(level="broker", cluster="c1", broker="broker-2:8080", topic=None, subscription=None)
 
 
-def put(spark, table: str, rows: list[dict]) -> None:
+def put(spark, table: str, rows: list[dict], settings) -> None:
     """Append rows given by column name (absent columns are null) to a table."""
     schema = table_schema(table)
     data = [tuple(r.get(c) for c in schema.column_names) for r in rows]
-    write_table(spark.createDataFrame(data, schema.struct), table, "append")
+    write_table(spark.createDataFrame(data, schema.struct), table, "append", settings=settings)
 
 
 def period(scope, at, msgs, quota, debt_in):
@@ -131,28 +131,28 @@ def cursor(sub, at, ranges, cap=10000, growth=None):
 
 
 @pytest.fixture
-def seeded_day(spark):
+def seeded_day(spark, settings):
     """A small day in every gold table the report reads; returns the expected numbers."""
     s1 = periods_for(S1, T0 + timedelta(hours=10), [30, 5, 25, 0, 12], quota=10) + periods_for(S1, T0 + timedelta(hours=15, minutes=30), [14, 14], quota=10)
     t1 = periods_for(T1, T0 + timedelta(hours=3), [120, 80], quota=100)
     b1 = periods_for(B1, T0 + timedelta(hours=1), [50, 50], quota=1000)
-    put(spark, "dispatch_periods", s1 + t1 + b1)
+    put(spark, "dispatch_periods", s1 + t1 + b1, settings)
     # S1's broker runs 4.1 (token bucket in dispatch_daily) and Pulsar counted 6 throttle events.
     s1_daily = {**daily(S1, s1), "limiter_model": "token-bucket", "pulsar_throttled_msg_events": 6, "pulsar_throttled_bytes_events": 0}
-    put(spark, "dispatch_daily", [s1_daily, daily(T1, t1), daily(B1, b1)])
+    put(spark, "dispatch_daily", [s1_daily, daily(T1, t1), daily(B1, b1)], settings)
 
     # "drifting" grows 250 ranges an hour towards the cap; "stuck" is over the cap all day.
     cursors = [cursor("drifting", T0 + timedelta(hours=h), 2000 + 250 * h, growth=250.0) for h in range(-20, 24, 2)]
     cursors += [cursor("stuck", T0 + timedelta(hours=h), 12000 + h, growth=1.0) for h in range(0, 24, 4)]
     cursors += [cursor("healthy", T0 + timedelta(hours=h), 40, growth=0.0) for h in range(0, 24, 6)]
-    put(spark, "cursor_ranges", cursors)
+    put(spark, "cursor_ranges", cursors, settings)
     # "stuck" moved to another broker at 10:00 and 21 acknowledgements came back, as predicted.
     reload = dict(day=DAY, cluster="c1", namespace="shop/orders", topic="persistent://shop/orders/orders-partition-0", subscription="stuck",
                   before_at=T0 + timedelta(hours=10), after_at=T0 + timedelta(hours=10, minutes=5), broker_before="broker-1:8080",
                   broker_after="broker-2:8080", signals=["counters-reset", "broker-changed"], ranges_before=12_008, cap=10_000,
                   persist_mode="ranges", predicted_unload_exposure=21, predicted_crash_exposure=21, backlog_before=100, backlog_after=121,
                   backlog_jump=21, acks_lost=21, msg_out_after=121, observed_lost=21, explained_by="unload-or-crash", lost_acknowledgements=True)  # fmt: skip
-    put(spark, "reload_events", [reload])
+    put(spark, "reload_events", [reload], settings)
 
     alert_base = dict(
         day=DAY,
@@ -182,6 +182,7 @@ def seeded_day(spark):
             dict(alert_base, subscription="drifting", severity="forecast", state="ongoing", ranges=7500, reason="cap within 24 h", notified=False),
             dict(alert_base, subscription="old", severity=None, state="resolved", ranges=None, reason="back under the warning threshold", notified=False),
         ],
+        settings,
     )
     put(
         spark,
@@ -204,6 +205,7 @@ def seeded_day(spark):
                 sent_at=T0 + timedelta(hours=23, minutes=5),
             )
         ],
+        settings,
     )
     lint_base = dict(
         day=DAY,
@@ -241,6 +243,7 @@ def seeded_day(spark):
                 message="blockIfQueueFull=false with 3 send failures",
             ),
         ],
+        settings,
     )
     health_base = dict(day=DAY, cluster="c1", topic="persistent://shop/orders/orders", partitions=8, snapshots=24, configurations=1)
     put(
@@ -271,6 +274,7 @@ def seeded_day(spark):
                 lint_findings=0,
             ),
         ],
+        settings,
     )
     put(
         spark,
@@ -289,6 +293,7 @@ def seeded_day(spark):
             )
             for i, reason in enumerate(["duplicate", "duplicate", "negative-counter"], start=1)
         ],
+        settings,
     )
     # Two validation runs: only the later one is the day's result.
     checks = [
@@ -315,6 +320,7 @@ def seeded_day(spark):
             for run in (0, 1)
             for t, e, c, sev in checks
         ],
+        settings,
     )
     return dict(s1=s1, t1=t1, b1=b1, cursors=cursors)
 

@@ -15,19 +15,19 @@ from brokerlens import cli
 from brokerlens.platform.tables import table_schema, write_table
 
 
-def seed_quarantine(spark):
+def seed_quarantine(spark, settings):
     from datetime import datetime
 
     rows = [
         (date(2026, 11, 21), "land", "dispatch", "d.jsonl", i, r, None, "{}", datetime(2026, 11, 21, 1))
         for i, r in enumerate(["duplicate", "duplicate", "negative-counter"], start=1)
     ]
-    write_table(spark.createDataFrame(rows, table_schema("quarantine").struct), "quarantine", "append")
+    write_table(spark.createDataFrame(rows, table_schema("quarantine").struct), "quarantine", "append", settings=settings)
 
 
 @pytest.mark.slow
-def test_sql_json_prints_only_a_json_array(spark, brokerlens_command):
-    seed_quarantine(spark)
+def test_sql_json_prints_only_a_json_array(spark, settings, brokerlens_command):
+    seed_quarantine(spark, settings)
     proc = subprocess.run(
         brokerlens_command("sql", "--format", "json", "SELECT reason, count(*) AS n, min(day) AS day FROM quarantine GROUP BY reason ORDER BY reason"),
         capture_output=True,
@@ -54,8 +54,8 @@ def test_driver_java_options_reach_the_driver_jvm(brokerlens_command):
 
 
 @pytest.mark.slow
-def test_a_typo_in_a_column_says_so_in_one_line_and_exits_2(spark, brokerlens_command, brokerlens_home):
-    seed_quarantine(spark)
+def test_a_typo_in_a_column_says_so_in_one_line_and_exits_2(spark, settings, brokerlens_command, brokerlens_home):
+    seed_quarantine(spark, settings)
     proc = subprocess.run(brokerlens_command("sql", "SELECT nope FROM quarantine"), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2 and proc.stdout == ""
     lines = proc.stderr.splitlines()
@@ -84,8 +84,8 @@ def test_a_bad_path_is_one_line_with_the_trace_in_the_log(brokerlens_command, br
 
 
 @pytest.mark.slow
-def test_sql_csv_and_table(spark):
-    seed_quarantine(spark)
+def test_sql_csv_and_table(spark, settings):
+    seed_quarantine(spark, settings)
     runner = CliRunner()
     out = runner.invoke(cli.app, ["sql", "-f", "csv", "SELECT line, reason FROM quarantine ORDER BY line"])
     assert out.exit_code == 0, out.output
@@ -105,8 +105,8 @@ def test_sql_unknown_table_and_bad_sql_fail_clearly(spark):
     assert out.stdout == ""
 
 
-def test_tables_lists_every_table_with_columns(spark):
-    seed_quarantine(spark)
+def test_tables_lists_every_table_with_columns(spark, settings):
+    seed_quarantine(spark, settings)
     out = CliRunner().invoke(cli.app, ["tables"])
     assert out.exit_code == 0
     assert "quarantine  [bronze, version 1]" in out.stdout  # version 0 created it empty

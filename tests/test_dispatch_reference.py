@@ -185,7 +185,7 @@ def two_day_series() -> list[Series]:
     ]  # fmt: skip
 
 
-def write_silver(spark, all_series: list[Series], days=(D1, D2)):
+def write_silver(spark, settings, all_series: list[Series], days=(D1, D2)):
     for k, day in enumerate(days):
         intervals, limits = [], []
         for s in all_series:
@@ -193,13 +193,13 @@ def write_silver(spark, all_series: list[Series], days=(D1, D2)):
             intervals += i
             limits += lim
         for table, rows in (("dispatch_intervals", intervals), ("rate_limits", limits)):
-            write_table(frame(spark, table, rows), table, "replace", [{"day": day}])
+            write_table(frame(spark, table, rows), table, "replace", [{"day": day}], settings=settings)
 
 
-def assert_day_matches_reference(all_series: list[Series], day: date):
-    got = {(r["topic"], round(offset(r))): r for r in read_table("dispatch_periods").where(f"day = '{day}'").collect()}
-    state = {r["topic"]: (r["debt_msgs"], r["debt_bytes"]) for r in read_table("debt_state").where(f"day = '{day}'").collect()}
-    daily = {r["topic"]: r for r in read_table("dispatch_daily").where(f"day = '{day}'").collect()}
+def assert_day_matches_reference(all_series: list[Series], day: date, settings):
+    got = {(r["topic"], round(offset(r))): r for r in read_table("dispatch_periods", settings=settings).where(f"day = '{day}'").collect()}
+    state = {r["topic"]: (r["debt_msgs"], r["debt_bytes"]) for r in read_table("debt_state", settings=settings).where(f"day = '{day}'").collect()}
+    daily = {r["topic"]: r for r in read_table("dispatch_daily", settings=settings).where(f"day = '{day}'").collect()}
     lo = 86400 * (day - D1).days
     want_keys = set()
     for s in all_series:
@@ -225,12 +225,12 @@ def assert_day_matches_reference(all_series: list[Series], day: date):
 @pytest.mark.slow
 def test_day_by_day_equals_one_run_and_rebuild_cascades(spark, settings):
     all_series = two_day_series()
-    write_silver(spark, all_series)
+    write_silver(spark, settings, all_series)
     build_dispatch(D1, settings)
     result = build_dispatch(D2, settings)
     # Day 2 built from day 1's stored closing debt = the reference run over both days at once.
-    assert_day_matches_reference(all_series, D2)
-    assert_day_matches_reference(all_series, D1)
+    assert_day_matches_reference(all_series, D2, settings)
+    assert_day_matches_reference(all_series, D1, settings)
     assert any("worst scopes" in line for line in result.lines)
     assert result.metrics["dispatch_scopes_over"] >= 1
 
@@ -241,12 +241,12 @@ def test_day_by_day_equals_one_run_and_rebuild_cascades(spark, settings):
     # Day 1 corrected late (more delivered just before midnight): day 2 is re-built from it.
     all_series[2].records[86400 - 2] = (90, 100, 90, 0)
     all_series[0].records[86400 - 2] = (70, 5000, 70, 0)
-    write_silver(spark, all_series, days=(D1,))
+    write_silver(spark, settings, all_series, days=(D1,))
     rebuilt = build_dispatch(D1, settings)
     assert any(f"re-building {D2}" in line for line in rebuilt.lines)
     assert rebuilt.metrics["dispatch_days_rebuilt"] == 1
-    assert_day_matches_reference(all_series, D1)
-    assert_day_matches_reference(all_series, D2)
+    assert_day_matches_reference(all_series, D1, settings)
+    assert_day_matches_reference(all_series, D2, settings)
 
 
 def test_worst_scopes_ranks_by_periods_over(spark):

@@ -78,17 +78,17 @@ def test_land_fixture_day(spark, every_metric_family, settings):
     finally:
         sc.setLocalProperty("spark.jobGroup.id", None)
     check_every_job_is_in_the_callers_group(sc, ungrouped_before)
-    check_quarantine_reasons_for_every_bad_record(landed)
-    check_dispatch_rows_keep_real_line_numbers()
-    check_stats_rows_per_partition_and_subscription()
-    check_internal_stats_seed_004_cursor()
-    check_policies_producers_and_metrics()
+    check_quarantine_reasons_for_every_bad_record(landed, settings)
+    check_dispatch_rows_keep_real_line_numbers(settings)
+    check_stats_rows_per_partition_and_subscription(settings)
+    check_internal_stats_seed_004_cursor(settings)
+    check_policies_producers_and_metrics(settings)
     check_landing_twice_gives_identical_tables(settings)
 
 
-def check_quarantine_reasons_for_every_bad_record(landed):
+def check_quarantine_reasons_for_every_bad_record(landed, settings):
     got: dict = {}
-    for r in read_table("quarantine").collect():
+    for r in read_table("quarantine", settings=settings).collect():
         assert (r["day"], r["stage"]) == (DAY, "land")
         key = (r["kind"], r["source_file"].removeprefix("2026-11-21/"), r["line"])
         got.setdefault(key, []).append(r["reason"])
@@ -100,9 +100,9 @@ def check_quarantine_reasons_for_every_bad_record(landed):
     assert "quarantined topic-stats: unreadable-file 1" in landed.lines
 
 
-def check_dispatch_rows_keep_real_line_numbers():
+def check_dispatch_rows_keep_real_line_numbers(settings):
     lines = (FIXTURES / "2026-11-21/dispatch/broker-1.jsonl").read_text().splitlines()
-    got = rows(read_table("bronze_dispatch"), "source_file", "line")
+    got = rows(read_table("bronze_dispatch", settings=settings), "source_file", "line")
     assert [(r["source_file"], r["line"]) for r in got] == [("2026-11-21/dispatch/broker-1.jsonl", i + 1) for i in range(len(lines))]
     for r, text in zip(got, lines):
         record = json.loads(text)
@@ -116,8 +116,8 @@ def check_dispatch_rows_keep_real_line_numbers():
         assert r["topic"] == record.get("topic") and r["subscription"] == record.get("subscription")
 
 
-def check_stats_rows_per_partition_and_subscription():
-    stats = rows(read_table("bronze_topic_stats"), "topic", "collected_at", "subscription")
+def check_stats_rows_per_partition_and_subscription(settings):
+    stats = rows(read_table("bronze_topic_stats", settings=settings), "topic", "collected_at", "subscription")
     orders = [r for r in stats if r["partitioned_topic"] == "persistent://acme/ns1/orders"]
     # Three partitioned snapshots of two partitions with one subscription each.
     assert len(orders) == 6
@@ -142,8 +142,8 @@ def check_stats_rows_per_partition_and_subscription():
     assert len(idle) == 1 and idle[0]["subscription"] is None
 
 
-def check_internal_stats_seed_004_cursor():
-    cursor = [r for r in rows(read_table("bronze_internal_stats"), "topic") if r["topic"] == "persistent://acme/ns1/orders-partition-0"]
+def check_internal_stats_seed_004_cursor(settings):
+    cursor = [r for r in rows(read_table("bronze_internal_stats", settings=settings), "topic") if r["topic"] == "persistent://acme/ns1/orders-partition-0"]
     assert len(cursor) == 1
     c = cursor[0]
     assert (c["cursor"], c["mark_delete_position"], c["individually_deleted_messages"]) == ("s1", "1:2", "[(1:4..1:6], (1:7..1:8]]")
@@ -151,17 +151,17 @@ def check_internal_stats_seed_004_cursor():
     assert c["ledger_entries"] == {1: 10, 2: 0} and c["current_ledger_id"] == 2 and c["current_ledger_entries"] == 7
 
 
-def check_policies_producers_and_metrics():
-    policies = {r["line"]: r for r in rows(read_table("bronze_policies"), "line")}
+def check_policies_producers_and_metrics(settings):
+    policies = {r["line"]: r for r in rows(read_table("bronze_policies", settings=settings), "line")}
     assert set(policies) == {1, 2, 3, 4}
     assert policies[2]["dispatch_throttling_rate_in_msg"] == 5 and policies[2]["rate_period_in_second"] == 2
     assert policies[3]["removed"] and policies[3]["namespace"] == "acme/ns1"
     assert policies[4]["broker_config"] == {"dispatchThrottlingRatePerSubscriptionInMsg": "40", "dispatchThrottlingOnBatchMessageEnabled": "true"}
-    producers = rows(read_table("bronze_producer_stats"), "line")
+    producers = rows(read_table("bronze_producer_stats", settings=settings), "line")
     assert [p["num_msgs_sent"] for p in producers] == [12000, 11000]
     assert producers[0]["partition_send_msgs_rate"] == {"persistent://acme/ns1/orders-partition-0": 120.0, "persistent://acme/ns1/orders-partition-1": 80.0}
     assert producers[0]["config"]["compressionType"] == "LZ4"
-    metrics = {r["line"]: r for r in rows(read_table("bronze_metrics"), "line")}
+    metrics = {r["line"]: r for r in rows(read_table("bronze_metrics", settings=settings), "line")}
     assert set(metrics) == {4, 5, 7, 9, 10, 11}
     assert metrics[4]["metric_type"] == "counter" and metrics[4]["value"] == 1000.0
     assert metrics[4]["sample_timestamp"].isoformat().startswith("2026-11-21T10:00:00")
@@ -171,9 +171,9 @@ def check_policies_producers_and_metrics():
 
 
 def check_landing_twice_gives_identical_tables(settings):
-    before = {t: rows(read_table(t), *read_table(t).columns) for t in [*BRONZE, "quarantine"]}
+    before = {t: rows(read_table(t, settings=settings), *read_table(t, settings=settings).columns) for t in [*BRONZE, "quarantine"]}
     land_day(DAY, settings)
-    after = {t: rows(read_table(t), *read_table(t).columns) for t in [*BRONZE, "quarantine"]}
+    after = {t: rows(read_table(t, settings=settings), *read_table(t, settings=settings).columns) for t in [*BRONZE, "quarantine"]}
     assert before == after
 
 

@@ -126,11 +126,11 @@ def test_every_file_of_the_day_is_landed_or_quarantined_and_the_summary_says_so(
     result = land_day(DAY, settings)
 
     quarantined: dict[str, set] = {}
-    for r in read_table("quarantine").collect():
+    for r in read_table("quarantine", settings=settings).collect():
         quarantined.setdefault(r["source_file"].removeprefix("2026-11-21/"), set()).add(r["reason"])
     bronze = set()
     for table in ("bronze_topic_stats", "bronze_internal_stats", "bronze_dispatch", "bronze_producer_stats", "bronze_policies", "bronze_metrics"):
-        bronze |= {r[0].removeprefix("2026-11-21/") for r in read_table(table).select("source_file").distinct().collect()}
+        bronze |= {r[0].removeprefix("2026-11-21/") for r in read_table(table, settings=settings).select("source_file").distinct().collect()}
     assert every_file - bronze - set(quarantined) == set()
     for name, reason in expected.items():
         if reason is None:
@@ -139,7 +139,7 @@ def test_every_file_of_the_day_is_landed_or_quarantined_and_the_summary_says_so(
             assert quarantined.get(name) == {reason} and name not in bronze, name  # a link out is not followed
 
     lines = result.lines
-    stats_rows, dispatch_rows = (read_table(t).count() for t in ("bronze_topic_stats", "bronze_dispatch"))
+    stats_rows, dispatch_rows = (read_table(t, settings=settings).count() for t in ("bronze_topic_stats", "bronze_dispatch"))
     # 12 fixture files (binary.json unread, 8 bad records) + compressed.json.gz, empty.json, notes.txt.
     assert f"topic-stats: 15 files seen, 12 read, {stats_rows} rows, 10 quarantined" in lines, lines
     assert "unknown-kind: 1 files seen, 0 read, 0 rows, 1 quarantined" in lines

@@ -29,7 +29,7 @@ from pyspark.sql import functions as F
 
 from brokerlens.gold.holes.build import build_holes
 from brokerlens.pipeline import run_stage
-from brokerlens.platform.settings import get_settings, reload_settings, stage_settings
+from brokerlens.platform.settings import get_settings, reload_settings
 from brokerlens.platform.tables import read_table
 from brokerlens.silver.build import build_silver
 from brokerlens.sources.collect import collect
@@ -109,13 +109,12 @@ def live_holes(pulsar_brokers, spark, tmp_path_factory):
         results = at_once(BROKERS, lambda name: reload_experiment(holes_broker(pulsar_brokers, name), settings, name))
         day = datetime.now(timezone.utc).date()
         landed = run_stage("land", day, settings)
-        with stage_settings(settings):
-            build_silver(day, settings)
-            build_holes(day, settings)
-        ranges = read_table("cursor_ranges").where(f"day = '{day}'")
+        build_silver(day, settings)
+        build_holes(day, settings)
+        ranges = read_table("cursor_ranges", settings=settings).where(f"day = '{day}'")
         first = ranges.groupBy("topic").agg(F.min("snapshot_at").alias("at"))
         rows = {r["topic"]: r.asDict() for r in ranges.join(first, "topic").where("snapshot_at = at").collect()}
-        reloads = [r.asDict() for r in read_table("reload_events").where(f"day = '{day}'").collect()]
+        reloads = [r.asDict() for r in read_table("reload_events", settings=settings).where(f"day = '{day}'").collect()]
     reload_settings()
     for cases in results.values():
         for r in cases.values():

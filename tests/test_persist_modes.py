@@ -12,6 +12,7 @@ from datetime import date, datetime
 
 from holes_data import at, range_string, snap, write_snapshots
 
+from brokerlens.gold.brokers import version_metrics
 from brokerlens.gold.holes.build import build_holes
 from brokerlens.gold.holes.cursor_ranges import ENTRY_LIMIT_BYTES, cursor_ranges_frame
 from brokerlens.platform.settings import AlertSettings
@@ -65,9 +66,9 @@ def config_row(cluster: str, broker: str | None, config: dict[str, str]) -> dict
     }
 
 
-def append(spark, table: str, rows: list[dict]) -> None:
+def append(spark, table: str, rows: list[dict], settings) -> None:
     schema = table_schema(table)
-    write_table(spark.createDataFrame([tuple(r[c] for c in schema.column_names) for r in rows], schema.struct), table, mode="append")
+    write_table(spark.createDataFrame([tuple(r[c] for c in schema.column_names) for r in rows], schema.struct), table, mode="append", settings=settings)
 
 
 @pytest.mark.slow
@@ -87,8 +88,10 @@ def test_ranges_and_long_array_modes_exposure_size_and_metadata_store(spark, set
         snap(t, "[(9:0..9:1], (9:29999999..9:30000000]]", sub="span-30m", cluster="c2"),
         snap(t, "[(9:0..9:1], (9:30999999..9:31000000], (10:0..10:1], (10:2..10:3], (10:4..10:5], (10:6..10:7]]", sub="span-31m", cluster="c2"),
     ]
-    write_snapshots(spark, rows, DAY)
-    append(spark, "bronze_metrics", [version_row("broker-2:8080", "4.1.2"), version_row("broker-3:8080", "4.0.7"), version_row("broker-4:8080", "4.0.7")])
+    write_snapshots(spark, rows, DAY, settings)
+    append(
+        spark, "bronze_metrics", [version_row("broker-2:8080", "4.1.2"), version_row("broker-3:8080", "4.0.7"), version_row("broker-4:8080", "4.0.7")], settings
+    )
     flag = "managedLedgerPersistIndividualAckAsLongArray"
     append(
         spark,
@@ -97,10 +100,11 @@ def test_ranges_and_long_array_modes_exposure_size_and_metadata_store(spark, set
             config_row("c1", "broker-3:8080", {flag: "true"}),
             config_row("c2", None, {flag: "true", "managedLedgerMaxUnackedRangesToPersist": "4", "managedLedgerMaxUnackedRangesToPersistInMetadataStore": "3"}),
         ],
+        settings,
     )
 
     build_holes(DAY, settings)
-    got = {r["subscription"]: r.asDict() for r in read_table("cursor_ranges").filter(f"day = '{DAY}'").collect()}
+    got = {r["subscription"]: r.asDict() for r in read_table("cursor_ranges", settings=settings).filter(f"day = '{DAY}'").collect()}
     pick = lambda sub, *cols: tuple(got[sub][c] for c in cols)  # noqa: E731
     mode = ("persist_mode", "persist_mode_source", "persisted_as")
 
@@ -168,7 +172,7 @@ def test_ranges_and_long_array_modes_exposure_size_and_metadata_store(spark, set
     assert pick("span-31m", "unload_exposure_entries") == (1,)
 
     # The alert says the mode: a critical alert under the cap because long-array leaves entries out.
-    alerts = {r["subscription"]: r.asDict() for r in read_table("hole_alerts").filter(f"day = '{DAY}'").collect()}
+    alerts = {r["subscription"]: r.asDict() for r in read_table("hole_alerts", settings=settings).filter(f"day = '{DAY}'").collect()}
     a = alerts["long-few-ranges"]
     assert (a["severity"], a["persist_mode"], a["persisted_as"], a["exposure_entries"]) == ("critical", "long-array", "long-array", 5)
     assert a["reason"].startswith(
@@ -179,6 +183,8 @@ def test_ranges_and_long_array_modes_exposure_size_and_metadata_store(spark, set
     assert "config-beats-version" not in alerts and "span-30m" not in alerts
 
     # The settings override wins over config and version.
-    forced = cursor_ranges_frame(read_table("cursor_snapshots").filter(f"day = '{DAY}'"), DAY, AlertSettings(persist_mode="ranges"))[0]
+    snapshots = read_table("cursor_snapshots", settings=settings).filter(f"day = '{DAY}'")
+    policies = read_table("bronze_policies", settings=settings).where(f"day <= '{DAY}'")  # as build_holes reads them
+    forced = cursor_ranges_frame(snapshots, policies, version_metrics(DAY, settings), DAY, AlertSettings(persist_mode="ranges"))[0]
     f = {r["subscription"]: r for r in forced.collect()}["long-two-ledgers"]
     assert (f["persist_mode"], f["persist_mode_source"], f["persisted_as"], f["exposure_entries"]) == ("ranges", "settings", "ranges", 1_999)

@@ -1,29 +1,36 @@
-"""The stage registry: a stage runs with the settings it is given, down to the modules that read
-the settings in force (the table layer, the holes and alert steps), in every thread."""
+"""The stage registry: a stage works on the settings it is given and on nothing else. No stage
+reads settings of its own: only the edges (a command, an Airflow task, the stage server) read
+the environment's, and hand them down."""
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
+import ast
 from datetime import date
+from pathlib import Path
 
 from brokerlens import pipeline
-from brokerlens.platform.settings import Settings, get_settings
-from brokerlens.platform.stage import StageResult
+from brokerlens.platform.settings import Settings
+
+PACKAGE = Path(__file__).resolve().parents[1] / "spark" / "brokerlens"
+# Where the environment's settings are read (get_settings / reload_settings): the edges.
+EDGES = {"cli.py", "airflow_support.py", "stage_server.py", "platform/settings.py"}
 
 
-def test_a_stage_runs_with_the_settings_it_is_given(tmp_path, monkeypatch, brokerlens_home):
+def test_a_stage_works_on_the_settings_it_is_given(tmp_path, brokerlens_home):
     given = Settings(home=tmp_path / "elsewhere")
-    seen = {}
+    day = date(2026, 11, 21)
+    result = pipeline.run_stage("demo-data", day, given, scale=0.01)
+    folder = given.landing / day.isoformat()
+    written = [p for p in folder.rglob("*") if p.is_file()]
+    assert (folder / "_demo_manifest.json").is_file()
+    assert len(written) >= result.metrics["files"] > 0  # its good files, and the bad ones it plants
+    assert not brokerlens_home.exists()  # the environment's home (BROKERLENS_HOME) is untouched
 
-    def probe(day, settings):
-        seen["argument"] = settings.home
-        seen["in force"] = get_settings().home
-        with ThreadPoolExecutor(1) as pool:  # land writes its kinds from threads
-            seen["thread"] = pool.submit(lambda: get_settings().home).result()
-        return StageResult("probe", day)
 
-    monkeypatch.setitem(pipeline.STAGES, "probe", "unused:probe")
-    monkeypatch.setattr(pipeline, "resolve", lambda target: probe)
-    pipeline.run_stage("probe", date(2026, 11, 21), given)
-    assert seen == {"argument": given.home, "in force": given.home, "thread": given.home}
-    assert get_settings().home == brokerlens_home != given.home  # the environment's again after it
+def test_only_the_edges_read_the_environments_settings():
+    readers = set()
+    for path in PACKAGE.rglob("*.py"):
+        names = {n.id for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.Name)}
+        if names & {"get_settings", "reload_settings"}:
+            readers.add(str(path.relative_to(PACKAGE)))
+    assert readers <= EDGES, sorted(readers - EDGES)

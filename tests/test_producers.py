@@ -242,7 +242,7 @@ def test_build_producers_writes_the_tables(spark, settings):
         *(snapshot(m, partitions=0, num_msgs_sent=n, num_bytes_sent=n * 500, uncompressed_bytes_sent=n * 1000) for m, n in ((0, 1000), (1, 0), (2, 600))),
         snapshot(0, producer="bad", max_pending_messages=500, batching_max_messages=1000),
     ]
-    write_table(frame(spark, "producer_snapshots", rows), "producer_snapshots", mode="replace", partitions=[{"day": DAY}])
+    write_table(frame(spark, "producer_snapshots", rows), "producer_snapshots", mode="replace", partitions=[{"day": DAY}], settings=settings)
     stats = [
         topic_stats_row(
             m,
@@ -256,20 +256,20 @@ def test_build_producers_writes_the_tables(spark, settings):
         for p in (0, 1)
     ]
     stats.append(dict(stats[0], subscription="s2"))  # the same topic row again, for another subscription
-    write_table(frame(spark, "bronze_topic_stats", stats), "bronze_topic_stats", mode="replace", partitions=[{"day": DAY}])
+    write_table(frame(spark, "bronze_topic_stats", stats), "bronze_topic_stats", mode="replace", partitions=[{"day": DAY}], settings=settings)
 
     for _ in range(2):  # a re-run replaces the day
         result = build_producers(DAY, settings)
-    lint = read_table("producer_lint").collect()
+    lint = read_table("producer_lint", settings=settings).collect()
     assert result.metrics["producer_lint_rows"] == 1
     assert [(r.producer_name, r.rule) for r in lint] == [("bad", "batch-never-fills-by-count")]
-    health = {r.producer_name: r for r in read_table("producer_health").collect()}
+    health = {r.producer_name: r for r in read_table("producer_health", settings=settings).collect()}
     assert health["bad"].lint_findings == 1 and health["app-1"].lint_findings == 0
     # Per collection: partitions summed (10 + 20, then 11 + 21); averaged over the day.
     assert health["app-1"].broker_msg_rate_in == ((10 + 20) + (11 + 21)) / 2
     assert health["app-1"].broker_average_msg_size == 500.0
 
-    conf = read_table("publish_rate_conformance").where("producer_name = 'app-1'").collect()
+    conf = read_table("publish_rate_conformance", settings=settings).where("producer_name = 'app-1'").collect()
     msgs = sorted((r for r in conf if r.dimension == "msgs"), key=lambda r: r.interval_start)
     # "100,10s": r = 10/s, b = 100; 60-second intervals from a full bucket.
     assert [(r.rate, r.burst, r.peak_allowed, r.limit_source) for r in msgs[:1]] == [(10.0, 100.0, 110.0, "settings")]

@@ -106,8 +106,8 @@ def test_report_and_alert_mail_fit_desktop_and_phone(spark, settings, seeded_day
 
     report_day(DAY, settings)
     report = report_path(DAY, settings)
-    alerts = [r.asDict() for r in read_table("hole_alerts").orderBy("subscription").collect()]
-    _, text, html = render(DAY, settings.alerts.default_group, alerts, settings.alerts)
+    alerts = [r.asDict() for r in read_table("hole_alerts", settings=settings).orderBy("subscription").collect()]
+    _, text, html = render(DAY, settings.alerts.default_group, alerts, settings)
     mail = tmp_path / "hole-alerts-mail.html"
     mail.write_text(html)
 
@@ -161,8 +161,8 @@ def test_scrape_grain_scopes_are_called_a_lower_bound(spark, settings):
 
     # One 60 s scrape interval of S1 against a quota of 10 msg/s prorated to 600: 900 delivered, 300 over.
     row = dict(period(S1, T0 + timedelta(hours=10), 900, 600, 0), interval_seconds=60.0, grain="scrape", rate_period_seconds=1, source="metrics-counters")
-    put(spark, "dispatch_periods", [row])
-    put(spark, "dispatch_daily", [dict(daily(S1, [row]), grain="scrape")])
+    put(spark, "dispatch_periods", [row], settings)
+    put(spark, "dispatch_daily", [dict(daily(S1, [row]), grain="scrape")], settings)
     section = dispatch_section(DAY, settings, [])
     caption = section.tables[0].caption
     assert section.tables[0].rows[0][3] == "300"

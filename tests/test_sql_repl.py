@@ -21,9 +21,9 @@ from brokerlens.platform.tables import table_schema, write_table
 REASONS = ["duplicate", "duplicate", "negative-counter"]
 
 
-def seed_quarantine(spark):
+def seed_quarantine(spark, settings):
     rows = [(date(2026, 11, 21), "land", "dispatch", "d.jsonl", i, r, None, "{}", datetime(2026, 11, 21, 1)) for i, r in enumerate(REASONS, start=1)]
-    write_table(spark.createDataFrame(rows, table_schema("quarantine").struct), "quarantine", "append")
+    write_table(spark.createDataFrame(rows, table_schema("quarantine").struct), "quarantine", "append", settings=settings)
 
 
 def test_statements_end_at_semicolons_outside_quotes_and_comments():
@@ -32,8 +32,8 @@ def test_statements_end_at_semicolons_outside_quotes_and_comments():
 
 
 @pytest.mark.slow
-def test_piped_queries_print_each_result_until_quit(spark):
-    seed_quarantine(spark)
+def test_piped_queries_print_each_result_until_quit(spark, settings):
+    seed_quarantine(spark, settings)
     script = "\n".join(
         [
             "SELECT reason, count(*) AS n",
@@ -56,8 +56,8 @@ def test_piped_queries_print_each_result_until_quit(spark):
     assert "never run" not in text
 
 
-def test_end_of_input_ends_the_last_statement_and_errors_exit_2(spark):
-    seed_quarantine(spark)
+def test_end_of_input_ends_the_last_statement_and_errors_exit_2(spark, settings):
+    seed_quarantine(spark, settings)
     out = CliRunner().invoke(cli.app, ["sql", "-f", "json"], input="SELECT * FROM no_such_table;\nSELECT count(*) AS n FROM quarantine")
     assert out.exit_code == 2
     assert "unknown table no_such_table" in out.stderr

@@ -58,13 +58,13 @@ def test_collect_gives_utc_instants_whatever_the_process_zone(spark, process_zon
     assert minute(row["snapshot_at"]) == "2026-11-21 11:40 UTC"
 
 
-def test_collect_ignores_the_session_zone_and_brokerlens_sessions_are_utc(spark):
+def test_collect_ignores_the_session_zone_and_brokerlens_sessions_are_utc(spark, settings):
     from brokerlens.platform.spark import get_spark
 
     spark.conf.set("spark.sql.session.timeZone", "Asia/Kolkata")
     try:
         assert collect(spark.sql("SELECT timestamp'2026-11-21 11:40:22+00:00' AS t"))[0]["t"] == AT.replace(microsecond=0)
-        assert get_spark() is spark  # the active session, put back in UTC for the stages that use it
+        assert get_spark(settings) is spark  # the active session, put back in UTC for the stages that use it
         assert spark.conf.get("spark.sql.session.timeZone") == "UTC"
     finally:
         spark.conf.set("spark.sql.session.timeZone", "UTC")

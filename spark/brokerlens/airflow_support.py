@@ -323,7 +323,7 @@ def collect_snapshot() -> None:
     """One ``brokerlens collect`` (HTTP only, no Spark), its summary in the task log."""
     from brokerlens.pipeline import run_stage
 
-    log.info("%s", run_stage("collect", None).render())
+    log.info("%s", run_stage("collect", None, get_settings()).render())
 
 
 def prometheus_url() -> str | None:
@@ -339,4 +339,4 @@ def collect_prometheus_day(ds: str) -> None:
 
     step = env_int("BROKERLENS_PROMETHEUS_STEP_SECONDS", 60)
     day = datetime.strptime(ds, "%Y-%m-%d").date()
-    log.info("%s", run_stage("collect", day, prometheus_url=prometheus_url(), step_seconds=step).render())
+    log.info("%s", run_stage("collect", day, get_settings(), prometheus_url=prometheus_url(), step_seconds=step).render())

@@ -75,10 +75,11 @@ def _day(value: datetime) -> date:
 
 def _run_stage(name: str, day: date, **kwargs) -> None:
     from brokerlens.pipeline import run_stage
+    from brokerlens.platform.settings import get_settings
     from brokerlens.platform.stage import StageFailed
 
     try:
-        result = run_stage(name, day, **kwargs)
+        result = run_stage(name, day, get_settings(), **kwargs)
     except StageFailed as exc:
         _fail(f"{name} {day.isoformat()} failed:\n{exc}", code=1)
     typer.echo(result.render())
@@ -103,13 +104,14 @@ def collect(
 ) -> None:
     """Snapshot a live cluster's admin REST API into landing, or pull a day from Prometheus."""
     from brokerlens.pipeline import run_stage
+    from brokerlens.platform.settings import get_settings
     from brokerlens.platform.stage import StageFailed
 
     try:
         if prometheus_url:
-            result = run_stage("collect", _day(day) if day else None, prometheus_url=prometheus_url, step_seconds=step)
+            result = run_stage("collect", _day(day) if day else None, get_settings(), prometheus_url=prometheus_url, step_seconds=step)
         else:
-            result = run_stage("collect", None, admin_url=admin_url)
+            result = run_stage("collect", None, get_settings(), admin_url=admin_url)
         typer.echo(result.render())
     except StageFailed as exc:
         _fail(f"collect failed: {exc}", code=1)
@@ -173,13 +175,14 @@ def sql(
 ) -> None:
     """Ad-hoc Spark SQL over every table by name (stdout holds only the result)."""
     from brokerlens.deliver.query import QueryError, format_rows, run_sql
+    from brokerlens.platform.settings import get_settings
 
     if query is None:
         from brokerlens.deliver.repl import repl
 
-        raise typer.Exit(repl(fmt.value))
+        raise typer.Exit(repl(get_settings(), fmt.value))
     try:
-        columns, rows = run_sql(query)
+        columns, rows = run_sql(query, get_settings())
     except QueryError as exc:
         _keep_trace(always=False)
         _fail(str(exc))
@@ -192,11 +195,12 @@ def tables(
 ) -> None:
     """List the tables with their columns and latest version."""
     from brokerlens.platform.schemas import table_schema
+    from brokerlens.platform.settings import get_settings
     from brokerlens.platform.table_admin import describe_tables
 
     for name in names or []:
         table_schema(name)  # an unknown name fails with the list of known tables
-    for info in describe_tables():
+    for info in describe_tables(get_settings()):
         if names and info.name not in names:
             continue
         version = "not written yet" if info.version is None else f"version {info.version}"
@@ -246,10 +250,11 @@ def vacuum_cmd(
     """Delta's VACUUM on every table: delete files no version within the table's retention
     (delta.deletedFileRetentionDuration, 7 days) references, and orphans of killed writes."""
     from brokerlens.platform.schemas import table_schemas
+    from brokerlens.platform.settings import get_settings
     from brokerlens.platform.table_admin import vacuum
 
     for name in sorted(table_schemas()):
-        removed = vacuum(name, dry_run=dry_run)
+        removed = vacuum(name, get_settings(), dry_run=dry_run)
         if removed:
             typer.echo(f"{name}: {'would delete' if dry_run else 'deleted'} {len(removed)} files")
 

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from datetime import date
 
-from brokerlens.platform.settings import Settings, get_settings, stage_settings
+from brokerlens.platform.settings import Settings
 from brokerlens.platform.stage import StageResult
 
 log = logging.getLogger(__name__)
@@ -43,14 +43,12 @@ def resolve(target: str) -> Callable[..., StageResult]:
     return getattr(importlib.import_module(module), function)
 
 
-def run_stage(name: str, day: date | None, settings: Settings | None = None, **options) -> StageResult:
+def run_stage(name: str, day: date | None, settings: Settings, **options) -> StageResult:
     if name not in STAGES:
         raise KeyError(f"unknown stage {name!r}; stages are {', '.join(STAGES)}")
-    settings = settings or get_settings()
     started = time.monotonic()
     log.info("%s %s: starting", name, day or "")
-    with stage_settings(settings):
-        result = resolve(STAGES[name])(day, settings, **options)
+    result = resolve(STAGES[name])(day, settings, **options)
     result.metrics.setdefault("seconds", round(time.monotonic() - started, 1))
     log.info("%s %s: done in %ss", name, day or "", result.metrics["seconds"])
     return result

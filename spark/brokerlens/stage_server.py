@@ -294,13 +294,14 @@ def serve(command: Command, address_file: Path | None = None, port: int = 0, war
     which gives its own entry point as ``command``."""
     # The server's own lines go to its own stderr, also while a stage's output goes to its client.
     from brokerlens.platform import logs
+    from brokerlens.platform.settings import get_settings
     from brokerlens.platform.spark import get_spark
 
     own = logging.StreamHandler(sys.stderr)
     own.setFormatter(logs.formatter())
     log.addHandler(own)
     log.propagate = False
-    spark = get_spark()
+    spark = get_spark(get_settings())
     if warm:
         log.info("stage server: warming up on a generated day")
         log.info("stage server: warmed up in %.1f s", warm_up())

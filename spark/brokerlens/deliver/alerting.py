@@ -36,7 +36,7 @@ from pyspark.sql import functions as F
 from brokerlens.gold.holes.alerts import SEVERITY_RANK
 from brokerlens.gold.holes.persistence import KEY
 from brokerlens.platform.schemas import table_schema
-from brokerlens.platform.settings import AlertSettings, RecipientGroup, Settings, get_settings
+from brokerlens.platform.settings import AlertSettings, RecipientGroup, Settings
 from brokerlens.platform.spark import get_spark
 from brokerlens.platform.stage import StageFailed, StageResult
 from brokerlens.platform.tables import merge_table, read_table, sql_equals
@@ -96,10 +96,11 @@ def summary(alerts: list[dict]) -> str:
     return ", ".join(f"{counts[k]} {k}" for k in order if k in counts)
 
 
-def render(day: date, group: RecipientGroup, alerts: list[dict], cfg: AlertSettings,
+def render(day: date, group: RecipientGroup, alerts: list[dict], settings: Settings,
            limiters: Sequence[dict] = ()) -> tuple[str, str, str]:  # fmt: skip
     """(subject, plain text, HTML) of one group's message. ``limiters``: ``dispatch_limiters`` of
     the day; the summary names those of the clusters the message is about."""
+    cfg = settings.alerts
     clusters = {a["cluster"] for a in alerts}
     limiters = [lim for lim in limiters if lim["cluster"] in clusters]
     text_summary = summary(alerts)
@@ -111,7 +112,7 @@ def render(day: date, group: RecipientGroup, alerts: list[dict], cfg: AlertSetti
         "alerts": alerts,
         "summary": text_summary,
         "subject": subject,
-        "report_url": report_url(day, get_settings()),
+        "report_url": report_url(day, settings),
         "limiters": limiters,
     }
     return (
@@ -121,10 +122,10 @@ def render(day: date, group: RecipientGroup, alerts: list[dict], cfg: AlertSetti
     )
 
 
-def dispatch_limiters(day: date) -> list[dict]:
+def dispatch_limiters(day: date, settings: Settings) -> list[dict]:
     """The dispatch rate limiter each broker was judged with on ``day`` (dispatch_daily: one model
     per broker and day) and how it was chosen, for the mail summary."""
-    daily = read_table("dispatch_daily").filter(F.col("day") == F.lit(day))
+    daily = read_table("dispatch_daily", settings=settings).filter(F.col("day") == F.lit(day))
     rows = daily.select("cluster", "broker", "limiter_model", "limiter_model_source").distinct()
     return [r.asDict() for r in collect(rows.orderBy("cluster", "broker"))]  # one row per broker
 
@@ -143,14 +144,15 @@ def _sort_key(alert: dict) -> tuple:
     return (resolved, -SEVERITY_RANK.get(alert["severity"] or "", 0), -(alert["ranges"] or 0), alert["topic"], alert["subscription"])
 
 
-def due_alerts(day: date, cfg: AlertSettings) -> list[dict]:
+def due_alerts(day: date, settings: Settings) -> list[dict]:
     """The day's alerts to mail (a few rows per subscription in trouble: collected)."""
-    notifications = read_table("alert_notifications").filter(F.col("status") == SENT)
+    cfg = settings.alerts
+    notifications = read_table("alert_notifications", settings=settings).filter(F.col("status") == SENT)
     last = notifications.filter(F.col("day") < F.lit(day)).groupBy(*KEY).agg(F.max("day").alias("last_notified"))
     since = F.datediff(F.lit(day), F.col("last_notified"))
     reminder = F.col("last_notified").isNull() | (F.lit(cfg.reminder_days > 0) & (since >= F.lit(cfg.reminder_days)))
     due = (
-        read_table("hole_alerts")
+        read_table("hole_alerts", settings=settings)
         .filter(F.col("day") == F.lit(day))
         .join(last, KEY, "left")
         .filter(
@@ -161,7 +163,7 @@ def due_alerts(day: date, cfg: AlertSettings) -> list[dict]:
     )
     # The day's reloads that lost acknowledgements (reload_events), one mail line each.
     lost = (
-        read_table("reload_events")
+        read_table("reload_events", settings=settings)
         .filter((F.col("day") == F.lit(day)) & F.col("lost_acknowledgements"))
         .groupBy(*KEY)
         .agg(
@@ -246,32 +248,39 @@ def _rows(day: date, out: Outgoing, subject: str, msg_id: str, outbox: Path, sta
     ]
 
 
-def record(day: date, msg_id: str, rows: list[dict]) -> None:
+def record(day: date, msg_id: str, rows: list[dict], settings: Settings) -> None:
     """The one state change of ``alert_notifications``, a MERGE: the message's pending rows are
     replaced by ``rows`` (pending rows before it is sent, sent rows once accepted, none when the
     server did not take it); sent rows are never replaced."""
     schema = table_schema("alert_notifications")
     # sent_at is aware (UTC): PySpark would read a naive one in the process's time zone.
-    new = get_spark().createDataFrame([tuple(r[c] for c in schema.column_names) for r in rows], schema.struct)
+    new = get_spark(settings).createDataFrame([tuple(r[c] for c in schema.column_names) for r in rows], schema.struct)
     pending = f"t.status = '{PENDING}'"
-    merge_table(new, "alert_notifications", partitions=[{"day": day}], update_when=pending, delete_when=f"{pending} AND t.message_id {sql_equals(msg_id)}")
+    merge_table(
+        new,
+        "alert_notifications",
+        partitions=[{"day": day}],
+        settings=settings,
+        update_when=pending,
+        delete_when=f"{pending} AND t.message_id {sql_equals(msg_id)}",
+    )
 
 
-def settle_pending(day: date) -> list[str]:
+def settle_pending(day: date, settings: Settings) -> list[str]:
     """Messages left pending by a run that stopped: sent if their outbox copy exists (the server
     had accepted them), else dropped, to be mailed again. A line per message."""
     pending: dict[str, list[dict]] = {}
-    for r in collect(read_table("alert_notifications").filter((F.col("day") == F.lit(day)) & (F.col("status") == PENDING))):
+    for r in collect(read_table("alert_notifications", settings=settings).filter((F.col("day") == F.lit(day)) & (F.col("status") == PENDING))):
         pending.setdefault(r["message_id"], []).append(r.asDict())
     lines = []
     for msg_id, rows in sorted(pending.items()):
         copy, group = Path(rows[0]["outbox_file"]), rows[0]["group_name"]
         if copy.is_file():
             sent_at = datetime.fromtimestamp(copy.stat().st_mtime, timezone.utc)
-            record(day, msg_id, [r | {"status": SENT, "sent_at": sent_at} for r in rows])
+            record(day, msg_id, [r | {"status": SENT, "sent_at": sent_at} for r in rows], settings)
             lines.append(f"{msg_id} to {group}: accepted before an earlier run stopped; recorded as sent, not mailed again")
         else:
-            record(day, msg_id, [])
+            record(day, msg_id, [], settings)
             lines.append(f"{msg_id} to {group}: not sent by an earlier run that stopped; mailed now")
     return lines
 
@@ -281,17 +290,19 @@ def _crash_point(name: str) -> None:
         os._exit(137)
 
 
-def _mark_notified(day: date) -> None:
+def _mark_notified(day: date, settings: Settings) -> None:
     """hole_alerts.notified for the day, from what alert_notifications holds as sent."""
     on_day = F.col("day") == F.lit(day)
-    sent = read_table("alert_notifications").filter(on_day & (F.col("status") == SENT)).select(*KEY).distinct().withColumn("sent", F.lit(True))
-    alerts = read_table("hole_alerts").filter(on_day)
+    sent = (
+        read_table("alert_notifications", settings=settings).filter(on_day & (F.col("status") == SENT)).select(*KEY).distinct().withColumn("sent", F.lit(True))
+    )
+    alerts = read_table("hole_alerts", settings=settings).filter(on_day)
     updated = (
         alerts.join(sent, KEY, "left")
         .withColumn("notified", F.col("notified") | F.coalesce(F.col("sent"), F.lit(False)))
         .select(*table_schema("hole_alerts").column_names)
     )
-    merge_table(updated, "hole_alerts", partitions=[{"day": day}], update_when="t.notified <> s.notified")
+    merge_table(updated, "hole_alerts", partitions=[{"day": day}], settings=settings, update_when="t.notified <> s.notified")
 
 
 # ------------------------------------------------------------------------------ the stage
@@ -300,10 +311,10 @@ def _mark_notified(day: date) -> None:
 def alert_day(day: date, settings: Settings, dry_run: bool = False) -> StageResult:
     cfg = settings.alerts
     result = StageResult("alert", day)
-    settled = [] if dry_run else settle_pending(day)
+    settled = [] if dry_run else settle_pending(day, settings)
     result.lines += settled
-    alerts = due_alerts(day, cfg)
-    sent_today = read_table("alert_notifications").filter((F.col("day") == F.lit(day)) & (F.col("status") == SENT))
+    alerts = due_alerts(day, settings)
+    sent_today = read_table("alert_notifications", settings=settings).filter((F.col("day") == F.lit(day)) & (F.col("status") == SENT))
     accepted: dict[tuple, set[str]] = {}
     for r in collect(sent_today.select("group_name", *KEY, "recipients")):
         accepted.setdefault(tuple(r)[:-1], set()).update(r["recipients"])
@@ -312,17 +323,17 @@ def alert_day(day: date, settings: Settings, dry_run: bool = False) -> StageResu
     if not messages:
         result.lines.append("nothing to send" + (" (already sent today)" if accepted else ""))
         if settled:
-            _mark_notified(day)
-        if read_table("cursor_ranges").filter(F.col("day") == F.lit(day)).isEmpty():
+            _mark_notified(day, settings)
+        if read_table("cursor_ranges", settings=settings).filter(F.col("day") == F.lit(day)).isEmpty():
             result.lines.append(f"cursor_ranges has no rows for {day}: was `brokerlens build --date {day}` run?")
         return result
 
     target = smtp_target(settings)
-    limiters = dispatch_limiters(day)
+    limiters = dispatch_limiters(day, settings)
     if dry_run:
         result.lines.append(f"dry run: would send {len(messages)} message(s) via {target}; nothing sent or recorded")
         for out in messages:
-            subject, text, _ = render(day, out.group, out.alerts, cfg, limiters)
+            subject, text, _ = render(day, out.group, out.alerts, settings, limiters)
             result.lines.append(f"to {out.group.name} <{', '.join(out.to)}>: {subject}")
             result.lines += [f"    {line}" if line else "" for line in text.splitlines()]
         return result
@@ -331,16 +342,16 @@ def alert_day(day: date, settings: Settings, dry_run: bool = False) -> StageResu
     try:
         with smtp_session(target) as client:
             for out in messages:
-                subject, text, html = render(day, out.group, out.alerts, cfg, limiters)
+                subject, text, html = render(day, out.group, out.alerts, settings, limiters)
                 msg_id = message_id(day, out, target.mail_from)
                 copy = _outbox_file(settings, day, out.group.name, msg_id)
                 msg = build_message(subject, target.mail_from, list(out.to), text, html, message_id=msg_id)
-                record(day, msg_id, _rows(day, out, subject, msg_id, copy, PENDING, list(out.to), None))
+                record(day, msg_id, _rows(day, out, subject, msg_id, copy, PENDING, list(out.to), None), settings)
                 _crash_point("pending-recorded")
                 try:
                     refused = send(client, target, msg, partial=True)
                 except MailError as exc:
-                    record(day, msg_id, [])  # the server did not take it: left for a re-run
+                    record(day, msg_id, [], settings)  # the server did not take it: left for a re-run
                     problems.append(str(exc))
                     continue
                 sent_at = datetime.now(timezone.utc)
@@ -350,7 +361,7 @@ def alert_day(day: date, settings: Settings, dry_run: bool = False) -> StageResu
                 copy.write_bytes(msg.as_bytes())
                 _crash_point("accepted")
                 to = [a for a in out.to if a not in refused]
-                record(day, msg_id, _rows(day, out, subject, msg_id, copy, SENT, to, sent_at))
+                record(day, msg_id, _rows(day, out, subject, msg_id, copy, SENT, to, sent_at), settings)
                 sent += 1
                 result.lines.append(f"sent to {out.group.name} <{', '.join(to)}>: {subject} ({copy})")
                 if refused:
@@ -359,7 +370,7 @@ def alert_day(day: date, settings: Settings, dry_run: bool = False) -> StageResu
         problems.append(str(exc))
     finally:
         if sent or settled:
-            _mark_notified(day)
+            _mark_notified(day, settings)
     result.metrics["sent"] = sent
     if problems:
         raise StageFailed(

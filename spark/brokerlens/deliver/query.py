@@ -17,6 +17,7 @@ from pyspark.logger import PySparkLogger
 from pyspark.sql import Row, SparkSession
 
 from brokerlens.platform.schemas import table_schemas
+from brokerlens.platform.settings import Settings
 from brokerlens.platform.table_admin import register_tables
 from brokerlens.platform.times import collect, iso
 
@@ -27,12 +28,12 @@ class QueryError(ValueError):
     """The query cannot run; the message is meant for the user."""
 
 
-def run_sql(query: str, spark: SparkSession | None = None) -> tuple[list[str], list[Row]]:
-    """Register every table, run ``query``, return its column names and rows."""
+def run_sql(query: str, settings: Settings, spark: SparkSession | None = None) -> tuple[list[str], list[Row]]:
+    """Register every table of ``settings``' lake, run ``query``, return its column names and rows."""
     from brokerlens.platform.spark import get_spark
 
-    spark = spark or get_spark()
-    register_tables(spark)
+    spark = spark or get_spark(settings)
+    register_tables(spark, settings)
     # PySpark logs every failed query as a JSON record with the whole Java stack trace, on a
     # handler of its own; the error reaches the user as a QueryError (its trace: the log file).
     verbose = logging.getLogger("brokerlens").isEnabledFor(logging.DEBUG)

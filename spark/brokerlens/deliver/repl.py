@@ -12,6 +12,8 @@ import sys
 from collections.abc import Iterable, Iterator
 from typing import TextIO
 
+from brokerlens.platform.settings import Settings
+
 HELP = """\
 End a query with ; (or end of input). Tables are queried by name, e.g.
   SELECT * FROM hole_alerts WHERE day = date'2026-11-21' ORDER BY ranges DESC;
@@ -88,8 +90,8 @@ def _lines(stdin: TextIO, interactive: bool, splitter: Splitter) -> Iterator[str
             splitter.quote = None
 
 
-def repl(fmt: str = "table", stdin: TextIO | None = None, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
-    """Run statements from stdin; returns the exit code (2 when a statement failed)."""
+def repl(settings: Settings, fmt: str = "table", stdin: TextIO | None = None, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
+    """Run statements from stdin over the tables of ``settings``' lake; returns the exit code (2 when a statement failed)."""
     from brokerlens.platform.schemas import SchemaError, table_schema, table_schemas
 
     from .query import QueryError, format_rows, run_sql
@@ -134,7 +136,7 @@ def repl(fmt: str = "table", stdin: TextIO | None = None, stdout: TextIO | None 
             stdout.flush()
             continue
         try:
-            columns, rows = run_sql(statement)
+            columns, rows = run_sql(statement, settings)
         except QueryError as exc:
             stderr.write(f"error: {exc}\n")
             failed = True

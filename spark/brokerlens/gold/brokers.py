@@ -56,7 +56,7 @@ def broker_config_at(rows: DataFrame, policies: DataFrame, keys: list[str], row_
     return matched.groupBy(*row_key).agg(*(F.coalesce(latest(k, True), latest(k, False)).alias(k) for k in keys))
 
 
-def version_metrics(day: date, settings: Settings | None = None) -> DataFrame:
+def version_metrics(day: date, settings: Settings) -> DataFrame:
     """The bronze_metrics days searched for a broker's version: ``day`` and the
     ``VERSION_LOOKBACK_DAYS`` before it."""
     return read_table("bronze_metrics", settings=settings).where(

@@ -14,7 +14,7 @@ from datetime import date
 from functools import partial
 
 from pyspark import StorageLevel
-from pyspark.sql import DataFrame, Row
+from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
 from brokerlens.platform.progress import progress
@@ -63,13 +63,13 @@ def land_kind(parser, day: date, settings: Settings, files: KindFiles | None = N
     good = parsed.where(F.col("problem").isNull()).select(*schema.column_names)
     bad = quarantine_frame(parsed.where(F.col("problem").isNotNull()), day, parser.KIND)
     if files.not_read:
-        bad = bad.unionByName(not_read_frame(files.not_read, day, parser.KIND))
+        bad = bad.unionByName(not_read_frame(spark, files.not_read, day, parser.KIND))
     return good, bad, parsed
 
 
-def not_read_frame(not_read: list[NotRead], day: date, kind: str) -> DataFrame:
+def not_read_frame(spark: SparkSession, not_read: list[NotRead], day: date, kind: str) -> DataFrame:
     rows = [(day, "land", kind, n.source_file, None, n.reason, n.detail, None, n.ingested_at) for n in not_read]
-    return get_spark().createDataFrame(rows, table_schema("quarantine").struct)
+    return spark.createDataFrame(rows, table_schema("quarantine").struct)
 
 
 def _land_kind_to_bronze(parser, day: date, settings: Settings, files: KindFiles):
@@ -96,7 +96,7 @@ def land_day(day: date, settings: Settings) -> StageResult:
                 result.metrics["metrics_samples_not_landed"] = not_landed
             quarantined.append(bad)
     # Folders of no known kind: every file in them is a quarantine row, none is read.
-    quarantined += [not_read_frame(f.not_read, day, kind) for kind, f in files.items() if kind not in KINDS]
+    quarantined += [not_read_frame(get_spark(settings), f.not_read, day, kind) for kind, f in files.items() if kind not in KINDS]
     everything = quarantined[0]
     for frame in quarantined[1:]:
         everything = everything.unionByName(frame)

@@ -9,8 +9,6 @@ Precedence (highest first): environment (``BROKERLENS_*``, nested with ``__``, e
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
@@ -287,20 +285,16 @@ def settings_file() -> Path | None:
     return default if default.is_file() else None
 
 
-# The settings a stage was given while it runs (pipeline.run_stage): modules deep in a stage
-# (the table layer, the holes and alert steps) read the settings in force, not only their callers.
-_stage_settings: Settings | None = None
-
-
 @lru_cache(maxsize=1)
 def _environment_settings() -> Settings:
     return Settings()
 
 
 def get_settings() -> Settings:
-    """The settings in force: the running stage's (:func:`stage_settings`), else those of the
-    environment and settings file (read once; :func:`reload_settings` reads them again)."""
-    return _stage_settings or _environment_settings()
+    """The settings of the environment and the settings file (read once; :func:`reload_settings`
+    reads them again). Only the edges read them (a command, an Airflow task, the bench); every
+    stage and table function is given its settings by its caller."""
+    return _environment_settings()
 
 
 def reload_settings() -> Settings:
@@ -309,16 +303,5 @@ def reload_settings() -> Settings:
     return get_settings()
 
 
-@contextmanager
-def stage_settings(settings: Settings) -> Iterator[Settings]:
-    """``settings`` are the settings in force (for every thread of the process) inside the block."""
-    global _stage_settings
-    before, _stage_settings = _stage_settings, settings
-    try:
-        yield settings
-    finally:
-        _stage_settings = before
-
-
-# Whatever prints redacts the secrets of the settings in force.
+# Whatever prints redacts the secrets of the environment's settings (every Settings built registers its own).
 watch(lambda: secret_values(get_settings()))

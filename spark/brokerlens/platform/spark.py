@@ -26,7 +26,7 @@ from pyspark.sql import SparkSession
 from pyspark.util import inheritable_thread_target
 
 from .jars import cache_dir, session_jars
-from .settings import Settings, get_settings
+from .settings import Settings
 
 # A day is a UTC day, and Spark turns timestamps to text (date_format, casts, day boundaries
 # parsed from a date) in the session's zone: every session brokerlens uses is in UTC, whatever a
@@ -74,13 +74,12 @@ def under_spark_submit() -> bool:
     return "SPARK_SUBMIT" in os.environ or os.environ.get("SPARK_ENV_LOADED") == "1"
 
 
-def get_spark(settings: Settings | None = None) -> SparkSession:
-    """Return the process's SparkSession, creating it on first use."""
+def get_spark(settings: Settings) -> SparkSession:
+    """Return the process's SparkSession, creating it on first use with ``settings``' Spark section."""
     active = SparkSession.getActiveSession()
     if active is not None:
         active.conf.set(SESSION_ZONE, "UTC")
         return active
-    settings = settings or get_settings()
     java_opts = java_options()
     builder = SparkSession.builder.appName(settings.spark.app_name)
     local = not under_spark_submit()

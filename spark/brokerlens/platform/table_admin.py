@@ -10,12 +10,12 @@ from pyspark.errors import AnalysisException
 from pyspark.sql import SparkSession
 
 from .schemas import table_schemas
-from .settings import Settings, get_settings
+from .settings import Settings
 from .spark import get_spark
 from .tables import TableError, ensure_table, table_exists, table_location, table_version
 
 
-def register_tables(spark: SparkSession | None = None, settings: Settings | None = None) -> list[str]:
+def register_tables(spark: SparkSession | None, settings: Settings) -> list[str]:
     """Make every table in ``schemas/`` known to Spark SQL by its name, in the session catalog
     (``CREATE TABLE … USING delta LOCATION …``): ``DESCRIBE HISTORY``, ``VERSION AS OF``,
     ``DESCRIBE DETAIL``, ``OPTIMIZE``, ``VACUUM`` and ``MERGE`` then work by name.
@@ -26,7 +26,6 @@ def register_tables(spark: SparkSession | None = None, settings: Settings | None
     needs no catalogue repair. A table never written is created empty with its schema first, so
     every name exists and ``DESCRIBE TABLE`` shows the column descriptions.
     """
-    settings = settings or get_settings()
     spark = spark or get_spark(settings)
     names = sorted(table_schemas())
     registered = _registered.setdefault(id(spark), {})
@@ -54,8 +53,7 @@ class TableInfo:
     columns: list[tuple[str, str, str]]
 
 
-def describe_tables(settings: Settings | None = None) -> list[TableInfo]:
-    settings = settings or get_settings()
+def describe_tables(settings: Settings) -> list[TableInfo]:
     return [
         TableInfo(
             name,
@@ -68,12 +66,11 @@ def describe_tables(settings: Settings | None = None) -> list[TableInfo]:
     ]
 
 
-def vacuum(name: str, dry_run: bool = False, settings: Settings | None = None) -> list[str]:
+def vacuum(name: str, settings: Settings, dry_run: bool = False) -> list[str]:
     """Delta's ``VACUUM``: delete files that no version younger than the table's retention
     (``delta.deletedFileRetentionDuration``, 7 days unless changed with ``ALTER TABLE … SET
     TBLPROPERTIES``) references, including files of writes killed before their commit. Delta's
     retention check stays on. Returns the files deleted (or, dry, that would be)."""
-    settings = settings or get_settings()
     spark = get_spark(settings)
     if not table_exists(name, settings, spark):
         return []

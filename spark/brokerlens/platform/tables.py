@@ -41,7 +41,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from .schemas import TableSchema, table_schema
-from .settings import Settings, get_settings
+from .settings import Settings
 from .spark import get_spark
 
 log = logging.getLogger(__name__)
@@ -75,20 +75,18 @@ class WriteResult:
         return f"{self.table}: {self.rows} rows in {self.files} files, version {self.version}"
 
 
-def table_location(name: str, settings: Settings | None = None) -> str:
+def table_location(name: str, settings: Settings) -> str:
     """Where table ``name`` lives: a local path or a URI such as ``s3a://bucket/lake/name``."""
     table_schema(name)  # unknown names fail here with the list of known tables
-    return f"{(settings or get_settings()).lake_uri.rstrip('/')}/{name}"
+    return f"{settings.lake_uri.rstrip('/')}/{name}"
 
 
-def table_exists(name: str, settings: Settings | None = None, spark: SparkSession | None = None) -> bool:
-    settings = settings or get_settings()
+def table_exists(name: str, settings: Settings, spark: SparkSession | None = None) -> bool:
     return DeltaTable.isDeltaTable(spark or get_spark(settings), table_location(name, settings))
 
 
-def table_version(name: str, settings: Settings | None = None, spark: SparkSession | None = None) -> int | None:
+def table_version(name: str, settings: Settings, spark: SparkSession | None = None) -> int | None:
     """The table's latest version, None if it has never been written."""
-    settings = settings or get_settings()
     spark = spark or get_spark(settings)
     if not table_exists(name, settings, spark):
         return None
@@ -120,8 +118,7 @@ def latest_commits(spark: SparkSession, location: str, limit: int) -> Iterator[t
         yield version, next((json.loads(line)["commitInfo"] for line in text.splitlines() if line.startswith('{"commitInfo"')), {})
 
 
-def empty_frame(name: str, spark: SparkSession | None = None) -> DataFrame:
-    spark = spark or get_spark()
+def empty_frame(name: str, spark: SparkSession) -> DataFrame:
     return spark.createDataFrame([], table_schema(name).struct)
 
 
@@ -133,13 +130,13 @@ def read_table(
     version: int | None = None,
     timestamp: datetime | str | None = None,
     spark: SparkSession | None = None,
-    settings: Settings | None = None,
+    *,
+    settings: Settings,
 ) -> DataFrame:
     """The table as a DataFrame: latest, or as of a version or a timestamp (time travel).
 
     A table that has never been written reads as empty, with its schema.
     """
-    settings = settings or get_settings()
     spark = spark or get_spark(settings)
     schema = table_schema(name)
     if version is not None and timestamp is not None:
@@ -176,10 +173,9 @@ def conform(df: DataFrame, schema: TableSchema) -> DataFrame:
     return df.select(*[F.col(c.name).cast(c.spark_type).alias(c.name) for c in schema.columns])
 
 
-def ensure_table(name: str, spark: SparkSession | None = None, settings: Settings | None = None) -> None:
+def ensure_table(name: str, spark: SparkSession | None, settings: Settings) -> None:
     """Create the table, empty, with its schema, partitioning and descriptions from ``schemas/``
     if it does not exist yet (a table created concurrently by another writer is fine)."""
-    settings = settings or get_settings()
     spark = spark or get_spark(settings)
     if table_exists(name, settings, spark):
         return
@@ -202,7 +198,8 @@ def write_table(
     mode: WriteMode = "append",
     partitions: Iterable[PartitionSpec] | None = None,
     txn: tuple[str, int] | None = None,
-    settings: Settings | None = None,
+    *,
+    settings: Settings,
 ) -> WriteResult:
     """Write ``df`` to table ``name`` in one atomic commit.
 
@@ -211,7 +208,6 @@ def write_table(
     partitions in ``df`` are an error, and a given partition with no rows ends up empty.
     txn: ``(app_id, version)``; if already committed, the write is skipped.
     """
-    settings = settings or get_settings()
     schema = table_schema(name)
     frame = conform(df, schema)
     where = _replace_where(schema, mode, partitions)
@@ -246,8 +242,8 @@ def merge_table(
     df: DataFrame,
     name: str,
     partitions: Iterable[PartitionSpec],
-    settings: Settings | None = None,
     *,
+    settings: Settings,
     update_when: str | None = None,
     delete_when: str | None = None,
 ) -> WriteResult:
@@ -258,7 +254,6 @@ def merge_table(
     ``update_when`` / ``delete_when``: SQL conditions (target ``t``, source ``s``) narrowing the
     update of matched rows and the deletion of rows ``df`` no longer has (still within
     ``partitions``)."""
-    settings = settings or get_settings()
     schema = table_schema(name)
     if not schema.key:
         raise TableError(f"table {name} has no key in schemas/tables/{name}.yaml: cannot MERGE")

@@ -25,9 +25,9 @@ def alert_section(day: date, settings: Settings, headline: list[Number]) -> Sect
         "threshold, forecast when the trend reaches the cap within the horizon. The state follows "
         "the alert across days, so an unchanged alert is not mailed every day.",
     )
-    alerts = day_rows("hole_alerts", day)
+    alerts = day_rows("hole_alerts", day, settings)
     counts = collect(alerts.groupBy("state", "severity").count())
-    sent = day_rows("alert_notifications", day).where(F.col("status") == "sent")
+    sent = day_rows("alert_notifications", day, settings).where(F.col("status") == "sent")
     mails = first(sent.agg(F.count(F.lit(1)).alias("mails"), F.countDistinct("group_name").alias("groups")))
     by_state = {s: sum(c["count"] for c in counts if c["state"] == s) for s in STATE_ORDER}
     by_severity = {s: sum(c["count"] for c in counts if c["severity"] == s) for s in ("critical", "warning", "forecast")}

@@ -10,6 +10,7 @@ from datetime import date
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from brokerlens.platform.settings import Settings
 from brokerlens.platform.tables import read_table
 from brokerlens.platform.times import collect, minute
 
@@ -64,8 +65,8 @@ class Section:
 # ---------------------------------------------------------------------------- helpers
 
 
-def day_rows(name: str, day: date) -> DataFrame:
-    return read_table(name).where(F.col("day") == F.lit(day))
+def day_rows(name: str, day: date, settings: Settings) -> DataFrame:
+    return read_table(name, settings=settings).where(F.col("day") == F.lit(day))
 
 
 def fmt(value, digits: int = 0) -> str:

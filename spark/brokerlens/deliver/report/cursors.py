@@ -32,7 +32,7 @@ def cursor_section(day: date, settings: Settings, headline: list[Number]) -> Sec
     )
     from pyspark.sql import Window
 
-    today = day_rows("cursor_ranges", day)
+    today = day_rows("cursor_ranges", day, settings)
     by_sub = Window.partitionBy(*SUBSCRIPTION)
     last = (
         today.withColumn("_n", F.row_number().over(by_sub.orderBy(F.desc("snapshot_at"))))
@@ -63,7 +63,7 @@ def cursor_section(day: date, settings: Settings, headline: list[Number]) -> Sec
     ]
     headline += [section.numbers[1], section.numbers[3]]
 
-    alerts = day_rows("hole_alerts", day).select(*SUBSCRIPTION, "warning_threshold")
+    alerts = day_rows("hole_alerts", day, settings).select(*SUBSCRIPTION, "warning_threshold")
     ranked = (
         last.where(F.col("ranges") > 0)
         .join(alerts, list(SUBSCRIPTION), "left")
@@ -121,9 +121,9 @@ def cursor_section(day: date, settings: Settings, headline: list[Number]) -> Sec
 
     top = rows[: settings.report.top_subscriptions]
     first_day = day - timedelta(days=settings.report.trend_days - 1)
-    top_df = get_spark().createDataFrame([tuple(r[k] for k in SUBSCRIPTION) for r in top], today.select(*SUBSCRIPTION).schema)
+    top_df = get_spark(settings).createDataFrame([tuple(r[k] for k in SUBSCRIPTION) for r in top], today.select(*SUBSCRIPTION).schema)
     buckets = collect(
-        read_table("cursor_ranges")
+        read_table("cursor_ranges", settings=settings)
         .where(F.col("day").between(F.lit(first_day), F.lit(day)) & F.col("ranges").isNotNull())
         .join(F.broadcast(top_df), list(SUBSCRIPTION))
         .withColumn(

@@ -62,7 +62,7 @@ def dispatch_section(day: date, settings: Settings, headline: list[Number]) -> S
         "Pulsar charges the excess to the following periods as debt; a scope with no allowance left "
         "is starved. Charts: over-delivery per minute and the debt carried out, for the worst scopes.",
     )
-    daily = day_rows("dispatch_daily", day)
+    daily = day_rows("dispatch_daily", day, settings)
     s = first(
         daily.agg(
             F.count(F.lit(1)).alias("scopes"),
@@ -137,9 +137,9 @@ def dispatch_section(day: date, settings: Settings, headline: list[Number]) -> S
     )
 
     top = rows[: settings.report.top_scopes]
-    top_df = get_spark().createDataFrame([tuple(r[k] for k in SCOPE) for r in top], daily.select(*SCOPE).schema)
+    top_df = get_spark(settings).createDataFrame([tuple(r[k] for k in SCOPE) for r in top], daily.select(*SCOPE).schema)
     minutes = collect(
-        _null_safe_join(day_rows("dispatch_periods", day), top_df, SCOPE)
+        _null_safe_join(day_rows("dispatch_periods", day, settings), top_df, SCOPE)
         .withColumn("minute", F.floor((F.unix_timestamp("period_start") - _epoch(day)) / 60).cast("int"))
         .groupBy(*SCOPE, "minute")
         .agg(

@@ -65,11 +65,11 @@ def render_html(day: date, sections: list[Section], headline: list[Number], sour
     )
 
 
-def _source_versions() -> list[tuple[str, str]]:
+def _source_versions(settings: Settings) -> list[tuple[str, str]]:
     out = []
     for name in SOURCE_TABLES:
         if name in table_schemas():
-            version = table_version(name)
+            version = table_version(name, settings)
             out.append((name, "not written yet" if version is None else f"version {version}"))
     return out
 
@@ -85,7 +85,7 @@ def report_day(day: date, settings: Settings) -> StageResult:
             step.note(f"{section.id} ({len(section.charts)} charts)")
             step.advance()
             sections.append(section)
-    html = render_html(day, sections, headline, _source_versions())
+    html = render_html(day, sections, headline, _source_versions(settings))
     path = report_path(day, settings)
     path.parent.mkdir(parents=True, exist_ok=True)
     # Write then rename: the file a mail links to is never half written.

@@ -22,8 +22,8 @@ def producer_section(day: date, settings: Settings, headline: list[Number]) -> S
         "pending queue, pending messages across partitions, memory limit, batch bytes, partition "
         "switch frequency, blockIfQueueFull), and how the producers behaved over the day.",
     )
-    lint = day_rows("producer_lint", day)
-    health = day_rows("producer_health", day)
+    lint = day_rows("producer_lint", day, settings)
+    health = day_rows("producer_health", day, settings)
     s = first(
         lint.agg(
             F.sum(F.when(F.col("severity") == "error", 1).otherwise(0)).alias("errors"),

@@ -23,7 +23,7 @@ def quality_section(day: date, settings: Settings, headline: list[Number]) -> Se
     )
     from pyspark.sql import Window
 
-    results = day_rows("validation_results", day)
+    results = day_rows("validation_results", day, settings)
     # Per table: the daily DAG validates bronze and silver in two runs.
     latest = (
         results.withColumn("_last_run", F.max("run_at").over(Window.partitionBy("table_name"))).where(F.col("run_at") == F.col("_last_run")).drop("_last_run")

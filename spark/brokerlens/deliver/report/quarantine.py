@@ -19,7 +19,7 @@ def quarantine_section(day: date, settings: Settings, headline: list[Number]) ->
         "Landing records that could not be used, by stage, landing kind and reason. Nothing is "
         "dropped silently: each record is in the quarantine table with its file, line and reason.",
     )
-    q = day_rows("quarantine", day)
+    q = day_rows("quarantine", day, settings)
     counts = q.groupBy("stage", "kind", "reason").count().orderBy(F.desc("count"), "stage", "kind", "reason")
     total = q.count()
     rows, more = limited(counts, settings.report.max_rows)

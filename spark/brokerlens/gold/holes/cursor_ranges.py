@@ -46,9 +46,10 @@ ESTIMATED_BYTES_PER_RANGE = 5 * 1024 * 1024 / 200_000
 MAX_FORECAST_HOURS = 10 * 365 * 24.0
 
 
-def cursor_ranges_frame(snapshots: DataFrame, day: date, alerts: AlertSettings) -> tuple[DataFrame, DataFrame]:
-    """(cursor_ranges rows without growth, malformed snapshots) for the day's cursor_snapshots."""
-    parsed = parse_ranges(with_persistence(snapshots, day, alerts))
+def cursor_ranges_frame(snapshots: DataFrame, policies: DataFrame, metrics: DataFrame, day: date, alerts: AlertSettings) -> tuple[DataFrame, DataFrame]:
+    """(cursor_ranges rows without growth, malformed snapshots) for the day's cursor_snapshots
+    (``policies``, ``metrics``: as :func:`~.persistence.with_persistence` takes them)."""
+    parsed = parse_ranges(with_persistence(snapshots, policies, metrics, day, alerts))
     stats = range_stats(parsed)
     has_string = F.col("range_list").isNotNull()
     joined = parsed.join(stats, SNAPSHOT_KEY, "left").withColumn(

@@ -10,9 +10,8 @@ from datetime import date
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from brokerlens.gold.brokers import broker_config_at, version_choice, version_metrics
+from brokerlens.gold.brokers import broker_config_at, version_choice
 from brokerlens.platform.settings import AlertOverride, AlertSettings
-from brokerlens.platform.tables import read_table
 
 CAP_KEY = "managedLedgerMaxUnackedRangesToPersist"
 METADATA_STORE_CAP_KEY = "managedLedgerMaxUnackedRangesToPersistInMetadataStore"
@@ -44,18 +43,19 @@ def _override_chain(overrides: list[AlertOverride], field: str, fallback: Column
     return value, source
 
 
-def with_persistence(snapshots: DataFrame, day: date, alerts: AlertSettings) -> DataFrame:
+def with_persistence(snapshots: DataFrame, policies: DataFrame, metrics: DataFrame, day: date, alerts: AlertSettings) -> DataFrame:
     """The persistence settings in force per snapshot: ``cap``/``cap_source`` (settings override >
     broker config > ``alerts.default_cap``), ``metadata_store_cap`` (broker config > 1,000) and
     ``persist_mode``/``persist_mode_source`` (settings ``alerts.persist_mode`` > broker config
     ``managedLedgerPersistIndividualAckAsLongArray`` > the broker's version, >= 4.1 long-array >
-    ranges), chosen like the dispatch limiter model."""
-    policies = read_table("bronze_policies").where(F.col("day") <= F.lit(day))  # earlier days' records hold on
+    ranges), chosen like the dispatch limiter model. ``policies``: bronze_policies up to ``day``
+    (earlier days' records hold on); ``metrics``: bronze_metrics of the days a broker's version is
+    searched in (:func:`~brokerlens.gold.brokers.version_metrics`)."""
     keys = [CAP_KEY, METADATA_STORE_CAP_KEY, LONG_ARRAY_KEY]
     config = broker_config_at(snapshots, policies, keys, SNAPSHOT_KEY, F.col("snapshot_at"))
     positive = lambda key: F.when(F.col(key).try_cast("bigint") > 0, F.col(key).try_cast("bigint"))  # noqa: E731
     flag = F.lower(F.trim(F.col(LONG_ARRAY_KEY)))
-    versions = version_choice(version_metrics(day), day, LONG_ARRAY_SINCE, LONG_ARRAY, RANGES)
+    versions = version_choice(metrics, day, LONG_ARRAY_SINCE, LONG_ARRAY, RANGES)
     df = (
         snapshots.join(config, SNAPSHOT_KEY, "left")
         .join(
