@@ -59,6 +59,8 @@ for dag_id, dag in bag.dags.items():
         "max_active_runs": dag.max_active_runs, "paused_at_creation": dag.is_paused_upon_creation,
         "runs": runs, "tasks": tasks, "doc": bool(dag.doc_md),
     }
+from brokerlens.airflow_support import spark_conf  # what a task adds when it runs
+out["spark_conf"] = spark_conf()
 print(json.dumps(out))
 """
 
@@ -138,9 +140,11 @@ def test_each_step_is_a_spark_submit_of_the_cli_with_retries_and_failure_mail(da
         assert task["retries"] == 2
         assert task["backoff"] == 2.0 and task["retry_delay"] == 120 and task["max_retry_delay"] == 1800
         assert task["on_failure"] == ["brokerlens.airflow_support.notify_failure"]
-        # The driver's JVM options: brokerlens' own, then the settings' (conftest.py's JIT_ENV).
-        java_options = task["conf"]["spark.driver.extraJavaOptions"]
-        assert "-Duser.timezone=UTC" in java_options and java_options.endswith(f"UTC {os.environ[JIT_ENV]}".strip()), java_options
+        # Spark's conf is made when the task runs (with the task's settings), not when the DAG is parsed.
+        assert not task["conf"], task["conf"]
+    # The driver's JVM options: brokerlens' own, then the settings' (conftest.py's JIT_ENV).
+    java_options = dags["spark_conf"]["spark.driver.extraJavaOptions"]
+    assert "-Duser.timezone=UTC" in java_options and java_options.endswith(f"UTC {os.environ[JIT_ENV]}".strip()), java_options
     # Only alert mails: it alone gets the SMTP connection handed to its process.
     assert {s: t["connections"] for s, t in tasks.items() if t["connections"]} == {"alert": ["smtp_default"]}
 

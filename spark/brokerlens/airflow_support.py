@@ -144,7 +144,6 @@ class StageSubmitOperator(SparkSubmitOperator):
             application=str(SUBMIT_APP),
             application_args=[stage, *(["--layer", layer] if layer else []), "--date", "{{ ds }}"],
             name=f"brokerlens-{step}-{{{{ ds }}}}",
-            conf=spark_conf(),
             **kwargs,
         )
         self.stage = stage
@@ -157,8 +156,10 @@ class StageSubmitOperator(SparkSubmitOperator):
         tail: deque[str] = deque(maxlen=60)
         if self.connections:
             self.env_vars = {**(self.env_vars or {}), **self._connection_env()}
-        # At run time, not when the DAG is parsed: the first run may fetch the JARs.
-        self.conf = with_session_jars(dict(self.conf or {}))
+        # At run time, not when the DAG is parsed: the first run may fetch the JARs, and the
+        # settings (spark.driver_java_options) are the task's, not the DAG processor's. A conf
+        # given to the operator goes over ours.
+        self.conf = with_session_jars({**spark_conf(), **dict(self.conf or {})})
         self._hook = self._get_hook()
         process_log = self._hook._process_spark_submit_log
         # Keep the end of the command's output: the CLI's error summary goes into the failure mail.
@@ -248,8 +249,6 @@ def failure_recipients() -> list[str]:
     explicit = os.environ.get("BROKERLENS_FAILURE_EMAIL")
     if explicit:
         return [a.strip() for a in explicit.split(",") if a.strip()]
-    from brokerlens.platform.settings import get_settings
-
     return list(get_settings().alerts.default_group.to)
 
 
@@ -294,7 +293,6 @@ def notify_failure(context: dict[str, Any]) -> None:
     """Mail which step failed, for which day, why, and what did not run, through the SMTP
     connection (brokerlens.deliver.mail: the same lookup and transport as the alert mails)."""
     from brokerlens.deliver import mail
-    from brokerlens.platform.settings import get_settings
 
     settings = get_settings()
     target = mail.smtp_target(settings, {**os.environ, **connection_environ([settings.smtp.smtp_conn_id])})
@@ -306,8 +304,6 @@ def notify_failure(context: dict[str, Any]) -> None:
 
 
 def smtp_conn_id() -> str:
-    from brokerlens.platform.settings import get_settings
-
     return get_settings().smtp.smtp_conn_id
 
 
