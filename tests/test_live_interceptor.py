@@ -186,6 +186,33 @@ def test_per_second_counts_equal_the_consumers(broker, batched):
     }  # fmt: skip
 
 
+def test_zero_records_start_with_the_second_the_consumer_connected(broker):
+    """A consumer that connects early in a second S, before S - 1 is flushed (0.3 s after it
+    closes), gives S - 1 no record: zero records start with S (Consumer.getConnectedSince)."""
+    topic = f"persistent://public/default/icpt-z-{uuid.uuid4().hex[:8]}"
+    client = broker.client()
+    try:
+        client.create_producer(topic).close()  # the topic exists: the subscribe below is quick
+        for attempt in range(5):
+            sleep_to_mid_second(0.02)
+            before = time.time()
+            consumer = client.subscribe(topic, f"z{attempt}")
+            after = time.time()
+            if int(after) == int(before) and after % 1 < 0.25:
+                break  # connected inside [S, S + 0.25): before the flush of S - 1
+            consumer.close()
+        else:
+            pytest.fail("no subscribe completed within 0.25 s of a second's start")
+        connected = int(before)
+        _, records = wait_flushed(broker, connected + 2)
+    finally:
+        client.close()
+    by_second = sub_records(records, topic, f"z{attempt}")
+    assert min(by_second) == connected
+    assert {connected, connected + 1, connected + 2} <= set(by_second)
+    assert all(r["msgs"] == 0 for r in by_second.values())
+
+
 def test_rollups_sum_the_subscriptions(broker):
     """Topic records sum the topic's subscriptions of the same second; broker records sum all."""
     topic = f"persistent://public/default/icpt-r-{uuid.uuid4().hex[:8]}"

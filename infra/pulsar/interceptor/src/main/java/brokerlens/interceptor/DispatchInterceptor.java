@@ -199,8 +199,8 @@ public class DispatchInterceptor implements BrokerInterceptor {
     @Override
     public void consumerCreated(ServerCnx cnx, Consumer consumer, Map<String, String> metadata) {
         try {
-            // A subscription with a consumer gets a record each period, zero when nothing was
-            // dispatched: starved periods are visible.
+            // A subscription gets a record for each second a consumer was connected, zero when
+            // nothing was dispatched: starved periods are visible.
             Subscription s = consumer.getSubscription();
             if (s != null) {
                 counters.computeIfAbsent(s, k -> new SubscriptionCounters(k, System.currentTimeMillis() / 1000));
@@ -237,7 +237,7 @@ public class DispatchInterceptor implements BrokerInterceptor {
         for (SubscriptionCounters c : counters.values()) {
             boolean had = c.harvest(second, got);
             if (!had) {
-                if (c.subscription.getConsumers().isEmpty()) {
+                if (!connectedDuring(c.subscription, second)) {
                     continue;
                 }
                 java.util.Arrays.fill(got, 0);
@@ -372,6 +372,22 @@ public class DispatchInterceptor implements BrokerInterceptor {
         sb.append(",\"redelivered_msgs\":").append(w.sums[3]);
         sb.append(",\"source\":\"exporter\",\"seq\":").append(seq).append('}');
         buffer.add(seq, sb.toString());
+    }
+
+    /**
+     * A consumer connected now was connected during {@code second}: it connected before the second
+     * ended. The flusher runs after the second has closed, so a consumer that connected since (a
+     * subscribe-then-close within the flush grace) must not give the closed second a zero record.
+     */
+    private static boolean connectedDuring(Subscription subscription, long second) {
+        long end = (second + 1) * 1000;
+        for (Consumer consumer : subscription.getConsumers()) {
+            Instant since = consumer.getConnectedSince();
+            if (since == null || since.toEpochMilli() < end) {
+                return true;
+            }
+        }
+        return false;
     }
 
     private void evictIdle(long nowSecond) {
