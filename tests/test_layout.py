@@ -67,6 +67,22 @@ def test_the_bench_is_outside_the_package():
     assert not any("brokerlens_bench" in p.read_text() for p in SOURCES)
 
 
+# What reaches into Spark's JVM through py4j (none of it exists on a Spark Connect session).
+JVM_BRIDGE = {"_jvm", "_jsc", "_jsparkSession", "_jdf", "sparkContext", "rdd"}
+JVM_MODULE = PACKAGE / "platform" / "jvm.py"
+
+
+@pytest.mark.parametrize("path", [*SOURCES, *sorted((PACKAGE.parent / "brokerlens_bench").rglob("*.py"))], ids=lambda p: str(p.relative_to(PACKAGE.parent)))
+def test_only_the_jvm_module_reaches_into_the_jvm(path):
+    if path == JVM_MODULE:
+        return
+    tree = ast.parse(path.read_text(), str(path))
+    used = sorted({f"{node.attr} (line {node.lineno})" for node in ast.walk(tree) if isinstance(node, ast.Attribute) and node.attr in JVM_BRIDGE})
+    imported = sorted({a.name for node in ast.walk(tree) if isinstance(node, ast.Import) for a in node.names if a.name.startswith("py4j")})
+    imported += sorted({node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("py4j")})
+    assert not used and not imported, f"{path.name} uses the JVM bridge ({used + imported}): put it in brokerlens/platform/jvm.py"
+
+
 def _modules_imported(path: Path, modules: set[str]) -> set[str]:
     """The modules of the package ``path`` imports: ``from pkg import name`` imports the module
     ``pkg.name`` when there is one, else ``pkg`` itself."""

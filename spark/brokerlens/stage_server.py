@@ -45,6 +45,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from brokerlens.platform import jvm
+
 log = logging.getLogger(__name__)
 
 # The commands a task may run on the server: the daily DAG's stages.
@@ -129,7 +131,7 @@ def _run(spark, command: Command, job: _Job) -> int:
     code: int = 0
     with _environ(job.environ):
         reload_settings()
-        spark.sparkContext.setJobGroup(job.group, "brokerlens " + " ".join(job.argv), interruptOnCancel=True)
+        jvm.set_job_group(spark, job.group, "brokerlens " + " ".join(job.argv))
         try:
             with redirect_stdout(stream), redirect_stderr(stream):
                 try:
@@ -228,7 +230,7 @@ class StageServer:
     def cancel(self, job: _Job) -> None:
         job.gone.set()
         log.warning("client of %s went away: cancelling its Spark jobs", " ".join(job.argv))
-        self.spark.sparkContext.cancelJobGroup(job.group)
+        jvm.cancel_job_group(self.spark, job.group)
 
     def stop(self) -> None:
         self.jobs.put(None)
@@ -245,7 +247,7 @@ class StageServer:
         """Run stages until stopped (SIGTERM, SIGINT) or the SparkContext is gone; exit code."""
         threading.Thread(target=self.http.serve_forever, name="stage-server-http", daemon=True).start()
         self._write_address()
-        log.info("stage server on %s (address file %s), Spark %s", self.url, self.address_file, self.spark.sparkContext.master)
+        log.info("stage server on %s (address file %s), Spark %s", self.url, self.address_file, jvm.master(self.spark))
         try:
             while (job := self.jobs.get()) is not None:
                 if job.gone.is_set():
@@ -257,7 +259,7 @@ class StageServer:
                     self.stages_run, self.running = self.stages_run + 1, None
                     log.info("brokerlens %s: exit %s in %.1f s", " ".join(job.argv), job.exit_code, time.monotonic() - started)
                 job.lines.put(None)
-                if self.spark.sparkContext._jsc.sc().isStopped():
+                if jvm.context_stopped(self.spark):
                     log.error("the SparkContext has stopped: the stage server exits")
                     return UNEXPECTED_EXIT
             return 0

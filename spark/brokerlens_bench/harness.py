@@ -14,8 +14,10 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
+from brokerlens.platform.jvm import heap_used
+
 from .generate import PERIODS_PER_DAY, Topology, write_input
-from .memory import MemorySampler, heap_used, old_gen_peak_mb, reset_heap_peak
+from .memory import MemorySampler, old_gen_peak_mb, reset_heap_peak
 from .stages import (
     dispatch_frame,
     duckdb_dispatch,

@@ -9,6 +9,8 @@ from collections.abc import Callable
 
 import psutil
 
+from brokerlens.platform.jvm import collect_garbage, heap_pools
+
 
 class MemorySampler:
     """Peak RSS of this process, of the driver JVM and of Spark's Python workers, and the peak of
@@ -65,28 +67,14 @@ class MemorySampler:
         self._thread.join()
 
 
-def _heap_pools(spark):
-    jvm = spark.sparkContext._jvm
-    pools = jvm.java.lang.management.ManagementFactory.getMemoryPoolMXBeans()
-    return [p for p in pools if str(p.getType().toString()) == "Heap memory"]
-
-
-def heap_used(spark) -> Callable[[], int]:
-    """The JVM's heap in use now, in bytes, for :class:`MemorySampler`. The sum of the pools'
-    own peaks (eden, survivor, old) is no peak of the heap: each pool peaks at another time, and
-    their sum ran past the 2 GB the driver's heap can hold."""
-    memory = spark.sparkContext._jvm.java.lang.management.ManagementFactory.getMemoryMXBean()
-    return lambda: memory.getHeapMemoryUsage().getUsed()
-
-
 def reset_heap_peak(spark) -> None:
-    spark.sparkContext._jvm.java.lang.System.gc()
-    for pool in _heap_pools(spark):
+    collect_garbage(spark)
+    for pool in heap_pools(spark):
         pool.resetPeakUsage()
 
 
 def old_gen_peak_mb(spark) -> dict[str, float]:
     """The old generation's peak since the last reset: what survived young collections (retained
     memory)."""
-    old = sum(pool.getPeakUsage().getUsed() for pool in _heap_pools(spark) if "Old" in str(pool.getName()) or "Tenured" in str(pool.getName()))
+    old = sum(pool.getPeakUsage().getUsed() for pool in heap_pools(spark) if "Old" in str(pool.getName()) or "Tenured" in str(pool.getName()))
     return {"jvm_old_gen_peak_mb": round(old / 2**20, 1)}

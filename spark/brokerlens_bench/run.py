@@ -13,6 +13,7 @@ from pathlib import Path
 
 import psutil
 
+from brokerlens.platform.jvm import default_parallelism, spark_conf
 from brokerlens.platform.times import iso
 
 from .dag import bench_dag
@@ -41,7 +42,7 @@ def environment(spark, cores: int) -> dict:
         cpu = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name"))
     except (OSError, StopIteration):
         cpu = platform.processor()
-    conf = spark.sparkContext.getConf()
+    conf = spark_conf(spark)
     return {
         "cores": cores,
         "cpu": cpu,
@@ -83,7 +84,7 @@ def run(
     spark = spark or get_spark(get_settings())
     work = work or out.parent / "work"
     work.mkdir(parents=True, exist_ok=True)
-    cores = spark.sparkContext.defaultParallelism
+    cores = default_parallelism(spark)
     started = datetime.now(timezone.utc).replace(microsecond=0)
     bench = Bench(spark, cores)
 

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
+from brokerlens.platform.jvm import executed_plan
+
 from .generate import SCOPE
 
 
@@ -193,7 +195,7 @@ def spark_dispatch(spark, inputs: dict, opening: str, out: Path | None) -> int:
 def plan_summary(frame) -> dict[str, int]:
     """Counts in the physical plan: shuffles, sorts, windows, Python UDF operators. The plan
     under dispatch's scan is in it: the scan's RDD is named by it (DispatchScan.java)."""
-    tree = frame._jdf.queryExecution().executedPlan().treeString()
+    tree = executed_plan(frame)
     # One operator a line: tree glyphs, an optional whole-stage codegen id, then its name.
     operators = [m.group(1) for line in tree.splitlines() if (m := re.match(r"[\s:|+\-]*(?:\*\(\d+\)\s*)?(\w+)", line))]
 

@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import TypeVar
 
 import pyspark
-from py4j.java_gateway import JavaClass
 from pyspark.sql import SparkSession
 from pyspark.util import inheritable_thread_target
 
+from . import jvm
 from .jars import cache_dir, session_jars
 from .settings import Settings
 
@@ -101,7 +101,7 @@ def get_spark(settings: Settings) -> SparkSession:
     if local:
         builder = builder.config("spark.jars", ",".join(str(p) for p in jars))
     spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("WARN")
+    jvm.set_log_level(spark, "WARN")
     _check_jars(spark)
     return spark
 
@@ -200,15 +200,13 @@ class JarsMissing(RuntimeError):
 
 
 def _check_jars(spark: SparkSession) -> None:
-    # py4j resolves a name to a JavaClass when the class loads, else to a JavaPackage.
-    jvm = spark.sparkContext._jvm
-    if not isinstance(jvm.io.delta.tables.DeltaTable, JavaClass):
+    if not jvm.has_class(spark, "io.delta.tables.DeltaTable"):
         raise JarsMissing(
             "Spark has no Delta Lake JARs on its classpath: pass them to spark-submit with "
             "--jars $(python -m brokerlens.platform.jars | paste -sd,) (or --packages "
             "io.delta:delta-spark_<spark>_2.13:<version>, see README 'Tables and storage')"
         )
-    if not isinstance(jvm.brokerlens.jvm.DispatchScan, JavaClass):
+    if not jvm.has_class(spark, "brokerlens.jvm.DispatchScan"):
         raise JarsMissing(
             "Spark has no brokerlens JAR on its classpath (gold dispatch's scan): pass it to "
             "spark-submit with the others, --jars $(python -m brokerlens.platform.jars | paste -sd,)"

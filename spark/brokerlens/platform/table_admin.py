@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pyspark.errors import AnalysisException
 from pyspark.sql import SparkSession
 
+from . import jvm
 from .schemas import table_schemas
 from .settings import Settings
 from .spark import get_spark
@@ -87,12 +88,4 @@ def vacuum(name: str, settings: Settings, dry_run: bool = False) -> list[str]:
 
 def _data_files(spark: SparkSession, name: str, settings: Settings) -> set[str]:
     """Every file under the table's folder but its log (what VACUUM may delete)."""
-    jvm = spark.sparkContext._jvm
-    root = jvm.org.apache.hadoop.fs.Path(table_location(name, settings))
-    fs = root.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
-    files, listing = set(), fs.listFiles(root, True)
-    while listing.hasNext():
-        path = listing.next().getPath().toString()
-        if "/_delta_log/" not in path:
-            files.add(path)
-    return files
+    return {path for path in jvm.walk_files(spark, table_location(name, settings)) if "/_delta_log/" not in path}

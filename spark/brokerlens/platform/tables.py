@@ -40,6 +40,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from . import jvm
 from .schemas import TableSchema, table_schema
 from .settings import Settings
 from .spark import get_spark
@@ -102,19 +103,10 @@ def latest_commits(spark: SparkSession, location: str, limit: int) -> Iterator[t
     (``_delta_log/<version>.json``, one action per line) through Hadoop's FileSystem, so on any
     storage the lake is on. ``DeltaTable.history`` reads the same files, all of them, in a Spark
     job (a second or more each, after every write)."""
-    jvm = spark._jvm
-    log_dir = jvm.org.apache.hadoop.fs.Path(f"{location}/_delta_log")
-    fs = log_dir.getFileSystem(spark._jsc.hadoopConfiguration())
-    versions = sorted(
-        (int(m[1]) for status in fs.listStatus(log_dir) if (m := _COMMIT_FILE.fullmatch(status.getPath().getName()))),
-        reverse=True,
-    )[:limit]
+    log_dir = f"{location}/_delta_log"
+    versions = sorted((int(m[1]) for name in jvm.list_names(spark, log_dir) if (m := _COMMIT_FILE.fullmatch(name))), reverse=True)[:limit]
     for version in versions:
-        stream = fs.open(jvm.org.apache.hadoop.fs.Path(log_dir, f"{version:020d}.json"))
-        try:
-            text = bytes(stream.readAllBytes()).decode("utf-8")
-        finally:
-            stream.close()
+        text = jvm.read_text(spark, f"{log_dir}/{version:020d}.json")
         yield version, next((json.loads(line)["commitInfo"] for line in text.splitlines() if line.startswith('{"commitInfo"')), {})
 
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from brokerlens.platform import jvm
+
 from .cursors import (
     CAUGHT_UP,
     CHARGED,
@@ -237,9 +239,7 @@ def scan(rows: DataFrame) -> DataFrame:
     (the cursor state, then the running counted sums, then the running minimum of the
     recursion's floor), each holding a scope's day; the scan keeps a few numbers per scope.
     ``platform.spark`` checks at session start that the class is on the classpath."""
-    jvm = rows.sparkSession._jvm
-    scanned = jvm.brokerlens.jvm.DispatchScan.scan(rows._jdf, SCOPE, CAUGHT_UP, CURSOR_SOURCE)
-    return DataFrame(scanned, rows.sparkSession)
+    return jvm.dispatch_scan(rows, SCOPE, CAUGHT_UP, CURSOR_SOURCE)
 
 
 def _over_causes(rows: DataFrame) -> DataFrame:

@@ -1,0 +1,112 @@
+"""The one module that reaches into Spark's JVM through py4j (``sparkContext``, ``_jvm``,
+``_jsc``, ``_jdf``), as Delta's own Python API keeps py4j in one file.
+
+Everything else in brokerlens speaks the DataFrame and SQL API only, which a Spark Connect
+client also has; what is here is what that API cannot do yet: read the Delta log's commit files
+and a table's data files through Hadoop's FileSystem (so on any storage the lake is on), run
+gold dispatch's scan (``DispatchScan.java``), and a stage server's job groups.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from py4j.java_gateway import JavaClass
+from pyspark.sql import DataFrame, SparkSession
+
+
+def has_class(spark: SparkSession, name: str) -> bool:
+    """The class is on the driver's classpath: py4j resolves a name to a JavaClass when the
+    class loads, else to a JavaPackage."""
+    found = spark.sparkContext._jvm
+    for part in name.split("."):
+        found = getattr(found, part)
+    return isinstance(found, JavaClass)
+
+
+def set_log_level(spark: SparkSession, level: str) -> None:
+    spark.sparkContext.setLogLevel(level)
+
+
+def _filesystem(spark: SparkSession, path: str):
+    jvm = spark.sparkContext._jvm
+    hadoop_path = jvm.org.apache.hadoop.fs.Path(path)
+    return hadoop_path, hadoop_path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+
+
+def list_names(spark: SparkSession, directory: str) -> list[str]:
+    """The names of the entries of ``directory``."""
+    path, fs = _filesystem(spark, directory)
+    return [status.getPath().getName() for status in fs.listStatus(path)]
+
+
+def read_text(spark: SparkSession, file: str) -> str:
+    """A whole (small) file as UTF-8 text."""
+    path, fs = _filesystem(spark, file)
+    stream = fs.open(path)
+    try:
+        return bytes(stream.readAllBytes()).decode("utf-8")
+    finally:
+        stream.close()
+
+
+def walk_files(spark: SparkSession, root: str) -> Iterator[str]:
+    """Every file under ``root``, at any depth, as a full path."""
+    path, fs = _filesystem(spark, root)
+    listing = fs.listFiles(path, True)
+    while listing.hasNext():
+        yield listing.next().getPath().toString()
+
+
+def dispatch_scan(rows: DataFrame, scope: list[str], caught_up: str, cursor_source: str) -> DataFrame:
+    """``rows`` through ``brokerlens.jvm.DispatchScan.scan`` (gold/dispatch/periods.py)."""
+    spark = rows.sparkSession
+    scanned = spark.sparkContext._jvm.brokerlens.jvm.DispatchScan.scan(rows._jdf, scope, caught_up, cursor_source)
+    return DataFrame(scanned, spark)
+
+
+def executed_plan(frame: DataFrame) -> str:
+    """The frame's physical plan as Spark prints it, one operator a line."""
+    return frame._jdf.queryExecution().executedPlan().treeString()
+
+
+def set_job_group(spark: SparkSession, group: str, description: str) -> None:
+    """This thread's Spark jobs from now on belong to ``group`` (cancelled together)."""
+    spark.sparkContext.setJobGroup(group, description, interruptOnCancel=True)
+
+
+def cancel_job_group(spark: SparkSession, group: str) -> None:
+    spark.sparkContext.cancelJobGroup(group)
+
+
+def context_stopped(spark: SparkSession) -> bool:
+    return spark.sparkContext._jsc.sc().isStopped()
+
+
+def master(spark: SparkSession) -> str:
+    return str(spark.sparkContext.master)
+
+
+def default_parallelism(spark: SparkSession) -> int:
+    return spark.sparkContext.defaultParallelism
+
+
+def spark_conf(spark: SparkSession) -> dict[str, str]:
+    """The SparkContext's configuration (the session's SQL settings are ``spark.conf``)."""
+    return dict(spark.sparkContext.getConf().getAll())
+
+
+def heap_used(spark: SparkSession):
+    """A function giving the driver JVM's heap in use now, in bytes."""
+    memory = spark.sparkContext._jvm.java.lang.management.ManagementFactory.getMemoryMXBean()
+    return lambda: memory.getHeapMemoryUsage().getUsed()
+
+
+def heap_pools(spark: SparkSession) -> list:
+    """The driver JVM's heap memory pools (MemoryPoolMXBean: eden, survivor, old)."""
+    pools = spark.sparkContext._jvm.java.lang.management.ManagementFactory.getMemoryPoolMXBeans()
+    return [p for p in pools if str(p.getType().toString()) == "Heap memory"]
+
+
+def collect_garbage(spark: SparkSession) -> None:
+    spark.sparkContext._jvm.java.lang.System.gc()
