@@ -205,3 +205,28 @@ def test_daily_dag_pulls_prometheus_first_when_configured(dags, tmp_path):
     daily = describe_dags(tmp_path, BROKERLENS_PROMETHEUS_URL="http://prometheus:9090")["dags"]["brokerlens_daily"]
     assert daily["tasks"]["land"]["upstream"] == ["collect_prometheus"]
     assert daily["tasks"]["collect_prometheus"]["upstream"] == []
+
+
+def test_an_operators_conf_goes_over_ours_and_adds_to_the_drivers_jvm_options(monkeypatch):
+    """A task's Spark conf (spark_conf): the operator's conf wins, but its driver JVM options come
+    after brokerlens' (UTC, the log setup, the settings'), not instead of them."""
+    from brokerlens.airflow_support import spark_conf
+    from brokerlens.platform.settings import reload_settings
+
+    monkeypatch.setenv("BROKERLENS_SPARK__DRIVER_JAVA_OPTIONS", "-XX:TieredStopAtLevel=1")
+    reload_settings()
+    try:
+        conf = spark_conf({"spark.driver.extraJavaOptions": "-Xss4m -Duser.timezone=UTC", "spark.executor.memory": "2g"})
+        ours = spark_conf()
+    finally:
+        monkeypatch.delenv("BROKERLENS_SPARK__DRIVER_JAVA_OPTIONS")
+        reload_settings()
+    options = conf["spark.driver.extraJavaOptions"].split()
+    assert options[0].startswith("-Dlog4j2.configurationFile=file:") and options[1:] == [
+        "-Duser.timezone=UTC",
+        "-XX:TieredStopAtLevel=1",
+        "-Xss4m",
+        "-Duser.timezone=UTC",
+    ]
+    assert conf["spark.executor.memory"] == "2g" and set(conf) == {"spark.driver.extraJavaOptions", "spark.executor.memory"}
+    assert ours == {"spark.driver.extraJavaOptions": " ".join(options[:3])}

@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import os
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime, timedelta, timezone
 from html import escape
 from pathlib import Path
@@ -95,12 +95,23 @@ def env_int(name: str, default: int) -> int:
     return int(os.environ.get(name, default))
 
 
-def spark_conf() -> dict[str, str]:
+DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
+
+
+def spark_conf(given: Mapping[str, str] | None = None) -> dict[str, str]:
     """Spark settings every stage needs whatever the cluster: brokerlens's quiet log4j setup
-    (driver in client mode), UTC, and the settings' ``spark.driver_java_options``. The rest comes
-    from the connection and spark-defaults.conf."""
-    java_opts = f"-Dlog4j2.configurationFile=file:{LOG4J} -Duser.timezone=UTC {get_settings().spark.driver_java_options}"
-    return {"spark.driver.extraJavaOptions": java_opts.strip()}
+    (driver in client mode), UTC, and the settings' ``spark.driver_java_options``; then ``given``
+    (an operator's ``conf``) over them, but for the driver's JVM options, which are added after
+    ours rather than replacing them (a later ``-D`` of the same name wins in the JVM; without
+    ours the driver would lose UTC and the log setup). The rest comes from the connection and
+    spark-defaults.conf."""
+    given = dict(given or {})
+    java_opts = " ".join(
+        o
+        for o in (f"-Dlog4j2.configurationFile=file:{LOG4J} -Duser.timezone=UTC", get_settings().spark.driver_java_options, given.pop(DRIVER_JAVA_OPTIONS, ""))
+        if o.strip()
+    )
+    return {DRIVER_JAVA_OPTIONS: java_opts, **given}
 
 
 def with_session_jars(conf: dict[str, str]) -> dict[str, str]:
@@ -158,8 +169,8 @@ class StageSubmitOperator(SparkSubmitOperator):
             self.env_vars = {**(self.env_vars or {}), **self._connection_env()}
         # At run time, not when the DAG is parsed: the first run may fetch the JARs, and the
         # settings (spark.driver_java_options) are the task's, not the DAG processor's. A conf
-        # given to the operator goes over ours.
-        self.conf = with_session_jars({**spark_conf(), **dict(self.conf or {})})
+        # given to the operator goes over ours (spark_conf).
+        self.conf = with_session_jars(spark_conf(self.conf))
         self._hook = self._get_hook()
         process_log = self._hook._process_spark_submit_log
         # Keep the end of the command's output: the CLI's error summary goes into the failure mail.

@@ -292,8 +292,8 @@ def _environment_settings() -> Settings:
 
 def get_settings() -> Settings:
     """The settings of the environment and the settings file (read once; :func:`reload_settings`
-    reads them again). Only the edges read them (a command, an Airflow task, the bench); every
-    stage and table function is given its settings by its caller."""
+    reads them again). Only the edges read them (a command, an Airflow task, the stage server,
+    the bench); every stage and table function is given its settings by its caller."""
     return _environment_settings()
 
 
