@@ -207,26 +207,16 @@ def test_daily_dag_pulls_prometheus_first_when_configured(dags, tmp_path):
     assert daily["tasks"]["collect_prometheus"]["upstream"] == []
 
 
-def test_an_operators_conf_goes_over_ours_and_adds_to_the_drivers_jvm_options(monkeypatch):
+def test_an_operators_conf_goes_over_ours_and_adds_to_the_drivers_jvm_options():
     """A task's Spark conf (spark_conf): the operator's conf wins, but its driver JVM options come
-    after brokerlens' (UTC, the log setup, the settings'), not instead of them."""
+    after brokerlens' (the log setup, UTC, then the settings': conftest.py's JIT_ENV), not instead
+    of them."""
     from brokerlens.airflow_support import spark_conf
     from brokerlens.platform.settings import reload_settings
 
-    monkeypatch.setenv("BROKERLENS_SPARK__DRIVER_JAVA_OPTIONS", "-XX:TieredStopAtLevel=1")
-    reload_settings()
-    try:
-        conf = spark_conf({"spark.driver.extraJavaOptions": "-Xss4m -Duser.timezone=UTC", "spark.executor.memory": "2g"})
-        ours = spark_conf()
-    finally:
-        monkeypatch.delenv("BROKERLENS_SPARK__DRIVER_JAVA_OPTIONS")
-        reload_settings()
-    options = conf["spark.driver.extraJavaOptions"].split()
-    assert options[0].startswith("-Dlog4j2.configurationFile=file:") and options[1:] == [
-        "-Duser.timezone=UTC",
-        "-XX:TieredStopAtLevel=1",
-        "-Xss4m",
-        "-Duser.timezone=UTC",
-    ]
+    reload_settings()  # this process's environment, whatever an earlier test cached
+    ours = spark_conf()["spark.driver.extraJavaOptions"].split()
+    conf = spark_conf({"spark.driver.extraJavaOptions": "-Xss4m -Duser.timezone=UTC", "spark.executor.memory": "2g"})
+    assert ours[0].startswith("-Dlog4j2.configurationFile=file:") and ours[1:] == ["-Duser.timezone=UTC", *os.environ[JIT_ENV].split()]
+    assert conf["spark.driver.extraJavaOptions"].split() == [*ours, "-Xss4m", "-Duser.timezone=UTC"]
     assert conf["spark.executor.memory"] == "2g" and set(conf) == {"spark.driver.extraJavaOptions", "spark.executor.memory"}
-    assert ours == {"spark.driver.extraJavaOptions": " ".join(options[:3])}
