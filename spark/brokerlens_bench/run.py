@@ -13,7 +13,7 @@ from pathlib import Path
 
 import psutil
 
-from brokerlens.platform.jvm import default_parallelism, spark_conf
+from brokerlens.platform.jvm import context_conf, default_parallelism
 from brokerlens.platform.times import iso
 
 from .dag import bench_dag
@@ -42,7 +42,7 @@ def environment(spark, cores: int) -> dict:
         cpu = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name"))
     except (OSError, StopIteration):
         cpu = platform.processor()
-    conf = spark_conf(spark)
+    conf = context_conf(spark)
     return {
         "cores": cores,
         "cpu": cpu,

@@ -9,7 +9,7 @@ gold dispatch's scan (``DispatchScan.java``), and a stage server's job groups.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from py4j.java_gateway import JavaClass
 from pyspark.sql import DataFrame, SparkSession
@@ -91,13 +91,15 @@ def default_parallelism(spark: SparkSession) -> int:
     return spark.sparkContext.defaultParallelism
 
 
-def spark_conf(spark: SparkSession) -> dict[str, str]:
+def context_conf(spark: SparkSession) -> dict[str, str]:
     """The SparkContext's configuration (the session's SQL settings are ``spark.conf``)."""
     return dict(spark.sparkContext.getConf().getAll())
 
 
-def heap_used(spark: SparkSession):
-    """A function giving the driver JVM's heap in use now, in bytes."""
+def heap_used(spark: SparkSession) -> Callable[[], int]:
+    """A function giving the driver JVM's heap in use now, in bytes. (The sum of the pools' own
+    peaks, eden, survivor and old, is no peak of the heap: each pool peaks at another time, and
+    their sum ran past the 2 GB the driver's heap can hold.)"""
     memory = spark.sparkContext._jvm.java.lang.management.ManagementFactory.getMemoryMXBean()
     return lambda: memory.getHeapMemoryUsage().getUsed()
 
