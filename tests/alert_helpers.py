@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from brokerlens import cli
 from brokerlens.gold.holes.build import build_holes
-from brokerlens.platform.settings import get_settings, reload_settings
+from brokerlens.settings import get_settings, reload_settings
 from holes_data import at, snap, write_snapshots
 from pulsar_broker import free_port  # below the ephemeral range (infra/pulsar/standalone.py)
 

@@ -26,7 +26,7 @@ os.environ.setdefault(JIT_ENV, "-XX:TieredStopAtLevel=1")
 
 @pytest.fixture(scope="session")
 def spark():
-    from brokerlens.platform.settings import Settings
+    from brokerlens.settings import Settings
     from brokerlens.platform.spark import get_spark
 
     # Two shuffle partitions, one per core: the tests' days are tiny, and each task is overhead
@@ -41,7 +41,7 @@ def spark():
 @pytest.fixture(autouse=True)
 def brokerlens_home(tmp_path, monkeypatch):
     """Every test gets its own landing, lake, reports and outbox under tmp_path."""
-    from brokerlens.platform.settings import reload_settings
+    from brokerlens.settings import reload_settings
 
     home = tmp_path / "var"
     monkeypatch.setenv("BROKERLENS_HOME", str(home))
@@ -64,7 +64,7 @@ def brokerlens_home(tmp_path, monkeypatch):
 def every_metric_family(brokerlens_home, monkeypatch):
     """Land every /metrics sample (``land.metric_families = ["*"]``), for the tests of the parser
     itself; ask for it before ``settings``."""
-    from brokerlens.platform.settings import reload_settings
+    from brokerlens.settings import reload_settings
 
     monkeypatch.setenv("BROKERLENS_LAND__METRIC_FAMILIES", '["*"]')
     reload_settings()
@@ -72,7 +72,7 @@ def every_metric_family(brokerlens_home, monkeypatch):
 
 @pytest.fixture
 def settings(brokerlens_home):
-    from brokerlens.platform.settings import get_settings
+    from brokerlens.settings import get_settings
 
     return get_settings()
 

@@ -20,7 +20,7 @@ from alert_helpers import (
 from brokerlens.deliver.mail import smtp_target
 from brokerlens.gold.holes.alerts import HINTS
 from brokerlens.gold.holes.build import build_holes
-from brokerlens.platform.settings import Settings, get_settings, reload_settings
+from brokerlens.settings import Settings, get_settings, reload_settings
 from brokerlens.platform.tables import read_table
 from holes_data import at, snap, write_snapshots
 
@@ -141,7 +141,7 @@ def test_smtp_target_reads_airflow_connection_forms():
 
 def test_groups_by_namespace_glob_with_default_and_dedup():
     from brokerlens.deliver.alerting import plan
-    from brokerlens.platform.settings import AlertSettings
+    from brokerlens.gold.holes.settings import AlertSettings
 
     cfg = AlertSettings(
         groups=[

@@ -27,7 +27,7 @@ from alert_helpers import (
     run_alert,
 )
 from brokerlens.gold.holes.build import build_holes
-from brokerlens.platform.settings import get_settings, reload_settings
+from brokerlens.settings import get_settings, reload_settings
 from brokerlens.platform.tables import read_table
 from holes_data import at, snap, write_snapshots
 

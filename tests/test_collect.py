@@ -20,7 +20,7 @@ from urllib.parse import unquote, urlsplit
 
 import pytest
 
-from brokerlens.platform.settings import Settings
+from brokerlens.settings import Settings
 from brokerlens.sources import collect as collect_module
 from brokerlens.sources.collect import CollectError, collect
 

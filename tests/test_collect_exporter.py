@@ -13,7 +13,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 from test_collect import serving
 
-from brokerlens.platform.settings import Settings
+from brokerlens.settings import Settings
 from brokerlens.sources import exporter
 from brokerlens.sources.collect import STATE_FILE, collect
 

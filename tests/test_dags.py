@@ -212,7 +212,7 @@ def test_an_operators_conf_goes_over_ours_and_adds_to_the_drivers_jvm_options():
     after brokerlens' (the log setup, UTC, then the settings': conftest.py's JIT_ENV), not instead
     of them."""
     from brokerlens.airflow_support import spark_conf
-    from brokerlens.platform.settings import reload_settings
+    from brokerlens.settings import reload_settings
 
     reload_settings()  # this process's environment, whatever an earlier test cached
     ours = spark_conf()["spark.driver.extraJavaOptions"].split()

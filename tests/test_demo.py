@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from brokerlens.platform.settings import Settings
+from brokerlens.settings import Settings
 from brokerlens.platform.stage import StageFailed
 from brokerlens.sources.demo import big_dispatch_series, generate_day
 

@@ -12,7 +12,7 @@ from holes_data import TOPIC, at, entries_in, range_string, snap, write_snapshot
 from brokerlens.gold.holes.alerts import HINTS
 from brokerlens.gold.holes.build import build_holes
 from brokerlens.gold.holes.cursor_ranges import ESTIMATED_BYTES_PER_RANGE
-from brokerlens.platform.settings import AlertOverride, AlertSettings
+from brokerlens.gold.holes.settings import AlertOverride, AlertSettings
 from brokerlens.platform.tables import read_table, table_schema, write_table
 
 DAY = date(2026, 11, 21)

@@ -12,7 +12,7 @@ from landing_helpers import FIXTURES, install_fixtures, rows
 
 from brokerlens.land import dispatch, land_day, land_kind, metrics, survey_day
 from brokerlens.land.metrics import samples_not_landed
-from brokerlens.platform.settings import LandSettings
+from brokerlens.land.settings import LandSettings
 from brokerlens.platform.tables import read_table
 
 DAY = date(2026, 11, 21)

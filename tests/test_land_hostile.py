@@ -18,7 +18,7 @@ from deltalake import DeltaTable
 from landing_helpers import FIXTURES
 
 from brokerlens.land.survey import EMPTY_FILE, OUTSIDE_LANDING, TOO_LARGE
-from brokerlens.platform.settings import Settings
+from brokerlens.settings import Settings
 
 DAY = "2026-11-21"
 HUGE_LINE_MB = 200

@@ -30,7 +30,7 @@ import pytest
 import requests
 
 from brokerlens.pipeline import run_stage
-from brokerlens.platform.settings import Settings
+from brokerlens.settings import Settings
 from brokerlens.platform.tables import read_table
 from live_traffic import Collector, consume, produce, set_dispatch_rate, subscribe_first
 from pulsar_broker import pulsar_interceptor, pulsar_jars

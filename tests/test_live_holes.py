@@ -29,7 +29,7 @@ from pyspark.sql import functions as F
 
 from brokerlens.gold.holes.build import build_holes
 from brokerlens.pipeline import run_stage
-from brokerlens.platform.settings import get_settings, reload_settings
+from brokerlens.settings import get_settings, reload_settings
 from brokerlens.platform.tables import read_table
 from brokerlens.silver.build import build_silver
 from brokerlens.sources.collect import collect

@@ -19,7 +19,7 @@ from live_traffic import Collector, at_once, consume, produce, set_dispatch_rate
 from pulsar_broker import pulsar_jars
 
 from brokerlens.pipeline import run_stage
-from brokerlens.platform.settings import Settings
+from brokerlens.settings import Settings
 from brokerlens.platform.tables import read_table
 
 pytestmark = pytest.mark.pulsar

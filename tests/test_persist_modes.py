@@ -15,7 +15,7 @@ from holes_data import at, range_string, snap, write_snapshots
 from brokerlens.gold.brokers import version_metrics
 from brokerlens.gold.holes.build import build_holes
 from brokerlens.gold.holes.cursor_ranges import ENTRY_LIMIT_BYTES, cursor_ranges_frame
-from brokerlens.platform.settings import AlertSettings
+from brokerlens.gold.holes.settings import AlertSettings
 from brokerlens.platform.tables import read_table, table_schema, write_table
 
 DAY = date(2026, 11, 21)

@@ -9,11 +9,11 @@ from datetime import date
 from pathlib import Path
 
 from brokerlens import pipeline
-from brokerlens.platform.settings import Settings
+from brokerlens.settings import Settings
 
 PACKAGE = Path(__file__).resolve().parents[1] / "spark" / "brokerlens"
 # Where the environment's settings are read (get_settings / reload_settings): the edges.
-EDGES = {"cli.py", "airflow_support.py", "stage_server.py", "platform/settings.py"}
+EDGES = {"cli.py", "airflow_support.py", "stage_server.py", "settings.py"}
 
 
 def test_a_stage_works_on_the_settings_it_is_given(tmp_path, brokerlens_home):
@@ -34,3 +34,30 @@ def test_only_the_edges_read_the_environments_settings():
         if names & {"get_settings", "reload_settings"}:
             readers.add(str(path.relative_to(PACKAGE)))
     assert readers <= EDGES, sorted(readers - EDGES)
+
+
+def test_each_step_owns_its_settings_section():
+    """platform/ holds only the platform's settings; every other section is declared by the step
+    that reads it, and the edges' Settings is all of them, under the keys operators' files use."""
+    from brokerlens.platform.settings import PlatformSettings
+
+    platform = {"home", "landing_dir", "lake_dir", "quarantine_dir", "reports_dir", "outbox_dir", "commit_retries", "spark"}
+    assert set(PlatformSettings.model_fields) == platform
+    owners = {}
+    for cls in Settings.__mro__[1:]:
+        if issubclass(cls, PlatformSettings) and cls is not PlatformSettings:
+            own = set(cls.__annotations__)
+            assert not own & set(owners), f"{cls.__name__} declares {own & set(owners)} again"
+            owners |= {name: cls.__module__ for name in own}
+    assert owners == {
+        "admin_url": "brokerlens.sources.settings",
+        "admin_token": "brokerlens.sources.settings",
+        "collect": "brokerlens.sources.settings",
+        "land": "brokerlens.land.settings",
+        "dispatch": "brokerlens.gold.dispatch.settings",
+        "producers": "brokerlens.gold.producers.settings",
+        "alerts": "brokerlens.gold.holes.settings",
+        "smtp": "brokerlens.deliver.settings",
+        "report": "brokerlens.deliver.settings",
+    }
+    assert set(Settings.model_fields) == platform | set(owners)

@@ -12,7 +12,7 @@ from brokerlens.gold.producers.config import configurations, with_config_hash
 from brokerlens.gold.producers.health import broker_view, health
 from brokerlens.gold.producers.lint import lint
 from brokerlens.platform.schemas import table_schema
-from brokerlens.platform.settings import ProducerSettings, PublishRateLimit
+from brokerlens.gold.producers.settings import ProducerSettings, PublishRateLimit
 
 DAY = date(2026, 11, 21)
 T0 = datetime(2026, 11, 21, 10, 0, 0)

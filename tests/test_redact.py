@@ -14,7 +14,7 @@ from test_collect import TOKEN, Replay, serving
 
 from brokerlens.deliver.mail import build_message
 from brokerlens.platform import redact
-from brokerlens.platform.settings import Settings
+from brokerlens.settings import Settings
 
 ECHOED = "/admin/v2/persistent/acme/orders/order-events/stats"
 

@@ -149,7 +149,7 @@ def test_report_and_alert_mail_fit_desktop_and_phone(spark, settings, seeded_day
 
 def test_mail_links_use_the_configured_base_url(monkeypatch):
     from brokerlens.deliver.report.links import report_url
-    from brokerlens.platform.settings import reload_settings
+    from brokerlens.settings import reload_settings
 
     monkeypatch.setenv("BROKERLENS_REPORT__BASE_URL", "https://ops.example.com/brokerlens/")
     # The report's path below the reports folder, under the base URL (one slash between).

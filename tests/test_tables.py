@@ -279,7 +279,7 @@ WRITER = textwrap.dedent(
     import datetime, sys
     from pyspark.sql import functions as F
     from brokerlens.platform import tables
-    from brokerlens.platform.settings import get_settings
+    from brokerlens.settings import get_settings
     from brokerlens.platform.spark import get_spark
     day, rows, reason, repeat, sleep_ms = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
     day = datetime.date.fromisoformat(day)

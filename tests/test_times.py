@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from brokerlens.deliver.query import format_rows
-from brokerlens.platform.settings import Settings
+from brokerlens.settings import Settings
 from brokerlens.platform.times import collect, first, iso, minute
 
 QUERY = """SELECT timestamp'2026-11-21 11:40:22.5' AS snapshot_at,

@@ -46,7 +46,7 @@ from alert_helpers import free_port
 from brokerlens.deliver.query import run_sql
 from brokerlens.pipeline import DAILY_STEPS, run_stage
 from brokerlens.platform.schemas import table_schemas
-from brokerlens.platform.settings import reload_settings
+from brokerlens.settings import reload_settings
 from zone_phases import run_phases
 
 pytestmark = pytest.mark.slow

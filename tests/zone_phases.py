@@ -30,7 +30,7 @@ def run_phases(phases: list[dict]) -> dict[str, dict[str, str]]:
     process would have published is marked failed, so that the processes waiting for it fail at
     once."""
     from brokerlens.cli import main
-    from brokerlens.platform.settings import reload_settings
+    from brokerlens.settings import reload_settings
 
     pending = [phase["publish"] for phase in phases if phase.get("publish")]
     out: dict[str, dict[str, str]] = {}

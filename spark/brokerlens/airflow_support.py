@@ -33,7 +33,7 @@ from airflow.sdk import Asset
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from brokerlens.platform.schemas import table_schemas
-from brokerlens.platform.settings import get_settings
+from brokerlens.settings import get_settings
 
 log = logging.getLogger(__name__)
 

@@ -8,9 +8,9 @@ from functools import partial
 
 from brokerlens.pipeline import resolve
 from brokerlens.platform.progress import progress
-from brokerlens.platform.settings import Settings
 from brokerlens.platform.spark import get_spark, in_parallel
 from brokerlens.platform.stage import StageResult
+from brokerlens.settings import Settings
 
 # Gold steps read the silver tables of the day; the steps of one layer write tables of their own
 # and read none of each other's. (layer, step, target)

@@ -75,8 +75,8 @@ def _day(value: datetime) -> date:
 
 def _run_stage(name: str, day: date, **kwargs) -> None:
     from brokerlens.pipeline import run_stage
-    from brokerlens.platform.settings import get_settings
     from brokerlens.platform.stage import StageFailed
+    from brokerlens.settings import get_settings
 
     try:
         result = run_stage(name, day, get_settings(), **kwargs)
@@ -104,8 +104,8 @@ def collect(
 ) -> None:
     """Snapshot a live cluster's admin REST API into landing, or pull a day from Prometheus."""
     from brokerlens.pipeline import run_stage
-    from brokerlens.platform.settings import get_settings
     from brokerlens.platform.stage import StageFailed
+    from brokerlens.settings import get_settings
 
     try:
         if prometheus_url:
@@ -175,7 +175,7 @@ def sql(
 ) -> None:
     """Ad-hoc Spark SQL over every table by name (stdout holds only the result)."""
     from brokerlens.deliver.query import QueryError, format_rows, run_sql
-    from brokerlens.platform.settings import get_settings
+    from brokerlens.settings import get_settings
 
     if query is None:
         from brokerlens.deliver.repl import repl
@@ -195,8 +195,8 @@ def tables(
 ) -> None:
     """List the tables with their columns and latest version."""
     from brokerlens.platform.schemas import table_schema
-    from brokerlens.platform.settings import get_settings
     from brokerlens.platform.table_admin import describe_tables
+    from brokerlens.settings import get_settings
 
     for name in names or []:
         table_schema(name)  # an unknown name fails with the list of known tables
@@ -250,8 +250,8 @@ def vacuum_cmd(
     """Delta's VACUUM on every table: delete files no version within the table's retention
     (delta.deletedFileRetentionDuration, 7 days) references, and orphans of killed writes."""
     from brokerlens.platform.schemas import table_schemas
-    from brokerlens.platform.settings import get_settings
     from brokerlens.platform.table_admin import vacuum
+    from brokerlens.settings import get_settings
 
     for name in sorted(table_schemas()):
         removed = vacuum(name, get_settings(), dry_run=dry_run)

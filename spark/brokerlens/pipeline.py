@@ -11,8 +11,8 @@ import time
 from collections.abc import Callable
 from datetime import date
 
-from brokerlens.platform.settings import Settings
 from brokerlens.platform.stage import StageResult
+from brokerlens.settings import Settings
 
 log = logging.getLogger(__name__)
 

@@ -63,7 +63,7 @@ class StageServerError(RuntimeError):
 
 
 def default_address_file() -> Path:
-    from brokerlens.platform.settings import get_settings
+    from brokerlens.settings import get_settings
 
     return get_settings().home.resolve() / "run" / "stage-server.json"
 
@@ -125,7 +125,7 @@ Command = Callable[..., None]
 def _run(spark, command: Command, job: _Job) -> int:
     """The command of ``job`` as ``brokerlens`` would run it, in this process: its exit code."""
     from brokerlens.platform import logs
-    from brokerlens.platform.settings import reload_settings
+    from brokerlens.settings import reload_settings
 
     stream = _JobStream(job)
     code: int = 0
@@ -276,7 +276,7 @@ def warm_up() -> float:
     """The daily stages on a generated day in a scratch folder, every path of it there (never
     the real lake); seconds taken."""
     from brokerlens.pipeline import DAILY_STEPS, run_stage
-    from brokerlens.platform.settings import get_settings
+    from brokerlens.settings import get_settings
 
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="brokerlens-warm-up-") as scratch:
@@ -296,8 +296,8 @@ def serve(command: Command, address_file: Path | None = None, port: int = 0, war
     which gives its own entry point as ``command``."""
     # The server's own lines go to its own stderr, also while a stage's output goes to its client.
     from brokerlens.platform import logs
-    from brokerlens.platform.settings import get_settings
     from brokerlens.platform.spark import get_spark
+    from brokerlens.settings import get_settings
 
     own = logging.StreamHandler(sys.stderr)
     own.setFormatter(logs.formatter())

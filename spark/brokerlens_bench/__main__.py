@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
             for name, value in SKIPPED[section].items():
                 setattr(args, name, value)
     logs.configure(0)
-    from brokerlens.platform.settings import get_settings
+    from brokerlens.settings import get_settings
 
     out = args.out or get_settings().home.resolve() / "bench" / "results.json"
     results = run(

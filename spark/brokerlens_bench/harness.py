@@ -152,8 +152,8 @@ def bench_days(bench: Bench, work: Path, partitions: int, first: date, days: int
     """Build consecutive days through the real table layer: day N+1 reads day N's closing debt
     from ``debt_state``; its time must not grow with the days already in the lake."""
     from brokerlens.gold.dispatch.build import build_dispatch
-    from brokerlens.platform.settings import Settings
     from brokerlens.platform.tables import write_table
+    from brokerlens.settings import Settings
 
     spark = bench.spark
     home = work / "days-home"
@@ -223,7 +223,7 @@ def bench_landing(bench: Bench, work: Path, scales: tuple[float, ...], day: date
     """demo-data landing files, then their floor (``landing_floor``) and ``land`` (landing →
     bronze) side by side, per demo scale."""
     from brokerlens.land import land_day
-    from brokerlens.platform.settings import Settings
+    from brokerlens.settings import Settings
     from brokerlens.sources.demo import generate_day as demo_day
 
     out = []
@@ -277,7 +277,7 @@ def bench_demo_day(bench: Bench, work: Path, scale: float, day: date) -> dict:
     """The daily stages in order on one demo day, in this process (no spark-submit start-up):
     seconds per stage and per committed table (the table layer's write path)."""
     from brokerlens.pipeline import DAILY_STEPS
-    from brokerlens.platform.settings import Settings
+    from brokerlens.settings import Settings
     from brokerlens.sources.demo import generate_day as demo_day
 
     home = work / "demo-day-home"

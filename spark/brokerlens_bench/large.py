@@ -25,7 +25,7 @@ def bench_large_day(bench: Bench, work: Path, partitions: int, windows: tuple[in
     minutes, its landing files, then the daily steps in this process as ``bench_demo_day`` runs
     them, each measured with the rows of the layer it reads; the whole day projected from the
     windows (``project_day``)."""
-    from brokerlens.platform.settings import Settings
+    from brokerlens.settings import Settings
 
     from .large_cluster import MINUTES
 

@@ -78,8 +78,8 @@ def run(
 ) -> dict:
     """The whole benchmark; writes the results to ``out`` (JSON) and returns them. The interceptor
     section runs when ``interceptor_rounds`` > 0 (the command line's default: 3)."""
-    from brokerlens.platform.settings import get_settings
     from brokerlens.platform.spark import get_spark
+    from brokerlens.settings import get_settings
 
     spark = spark or get_spark(get_settings())
     work = work or out.parent / "work"

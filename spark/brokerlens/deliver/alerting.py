@@ -33,10 +33,11 @@ from pathlib import Path
 from jinja2 import Environment, PackageLoader, StrictUndefined
 from pyspark.sql import functions as F
 
+from brokerlens.deliver.settings import DeliverStepSettings
 from brokerlens.gold.holes.alerts import SEVERITY_RANK
 from brokerlens.gold.holes.persistence import KEY
+from brokerlens.gold.holes.settings import AlertSettings, RecipientGroup
 from brokerlens.platform.schemas import table_schema
-from brokerlens.platform.settings import AlertSettings, RecipientGroup, Settings
 from brokerlens.platform.spark import get_spark
 from brokerlens.platform.stage import StageFailed, StageResult
 from brokerlens.platform.tables import merge_table, read_table, sql_equals
@@ -96,7 +97,7 @@ def summary(alerts: list[dict]) -> str:
     return ", ".join(f"{counts[k]} {k}" for k in order if k in counts)
 
 
-def render(day: date, group: RecipientGroup, alerts: list[dict], settings: Settings,
+def render(day: date, group: RecipientGroup, alerts: list[dict], settings: DeliverStepSettings,
            limiters: Sequence[dict] = ()) -> tuple[str, str, str]:  # fmt: skip
     """(subject, plain text, HTML) of one group's message. ``limiters``: ``dispatch_limiters`` of
     the day; the summary names those of the clusters the message is about."""
@@ -122,7 +123,7 @@ def render(day: date, group: RecipientGroup, alerts: list[dict], settings: Setti
     )
 
 
-def dispatch_limiters(day: date, settings: Settings) -> list[dict]:
+def dispatch_limiters(day: date, settings: DeliverStepSettings) -> list[dict]:
     """The dispatch rate limiter each broker was judged with on ``day`` (dispatch_daily: one model
     per broker and day) and how it was chosen, for the mail summary."""
     daily = read_table("dispatch_daily", settings=settings).filter(F.col("day") == F.lit(day))
@@ -144,7 +145,7 @@ def _sort_key(alert: dict) -> tuple:
     return (resolved, -SEVERITY_RANK.get(alert["severity"] or "", 0), -(alert["ranges"] or 0), alert["topic"], alert["subscription"])
 
 
-def due_alerts(day: date, settings: Settings) -> list[dict]:
+def due_alerts(day: date, settings: DeliverStepSettings) -> list[dict]:
     """The day's alerts to mail (a few rows per subscription in trouble: collected)."""
     cfg = settings.alerts
     notifications = read_table("alert_notifications", settings=settings).filter(F.col("status") == SENT)
@@ -221,7 +222,7 @@ def message_id(day: date, out: Outgoing, mail_from: str) -> str:
 # ------------------------------------------------------------------------------ the record
 
 
-def _outbox_file(settings: Settings, day: date, group: str, msg_id: str) -> Path:
+def _outbox_file(settings: DeliverStepSettings, day: date, group: str, msg_id: str) -> Path:
     safe = re.sub(r"[^A-Za-z0-9._-]+", "_", group)
     return settings.outbox / "alerts" / day.isoformat() / f"{safe}-{hashlib.sha256(msg_id.encode()).hexdigest()[:16]}.eml"
 
@@ -248,7 +249,7 @@ def _rows(day: date, out: Outgoing, subject: str, msg_id: str, outbox: Path, sta
     ]
 
 
-def record(day: date, msg_id: str, rows: list[dict], settings: Settings) -> None:
+def record(day: date, msg_id: str, rows: list[dict], settings: DeliverStepSettings) -> None:
     """The one state change of ``alert_notifications``, a MERGE: the message's pending rows are
     replaced by ``rows`` (pending rows before it is sent, sent rows once accepted, none when the
     server did not take it); sent rows are never replaced."""
@@ -266,7 +267,7 @@ def record(day: date, msg_id: str, rows: list[dict], settings: Settings) -> None
     )
 
 
-def settle_pending(day: date, settings: Settings) -> list[str]:
+def settle_pending(day: date, settings: DeliverStepSettings) -> list[str]:
     """Messages left pending by a run that stopped: sent if their outbox copy exists (the server
     had accepted them), else dropped, to be mailed again. A line per message."""
     pending: dict[str, list[dict]] = {}
@@ -290,7 +291,7 @@ def _crash_point(name: str) -> None:
         os._exit(137)
 
 
-def _mark_notified(day: date, settings: Settings) -> None:
+def _mark_notified(day: date, settings: DeliverStepSettings) -> None:
     """hole_alerts.notified for the day, from what alert_notifications holds as sent."""
     on_day = F.col("day") == F.lit(day)
     sent = (
@@ -308,7 +309,7 @@ def _mark_notified(day: date, settings: Settings) -> None:
 # ------------------------------------------------------------------------------ the stage
 
 
-def alert_day(day: date, settings: Settings, dry_run: bool = False) -> StageResult:
+def alert_day(day: date, settings: DeliverStepSettings, dry_run: bool = False) -> StageResult:
     cfg = settings.alerts
     result = StageResult("alert", day)
     settled = [] if dry_run else settle_pending(day, settings)

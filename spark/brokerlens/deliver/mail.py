@@ -19,9 +19,9 @@ from email.utils import formatdate, make_msgid
 
 from pydantic import SecretStr
 
+from brokerlens.deliver.settings import DeliverStepSettings
 from brokerlens.platform.connections import BadConnection, airflow_connection
 from brokerlens.platform.redact import redact
-from brokerlens.platform.settings import Settings
 
 
 class MailError(RuntimeError):
@@ -53,7 +53,7 @@ def _flag(value: object) -> bool:
     return bool(value)
 
 
-def smtp_target(settings: Settings, environ: Mapping[str, str] | None = None) -> SmtpTarget:
+def smtp_target(settings: DeliverStepSettings, environ: Mapping[str, str] | None = None) -> SmtpTarget:
     """Where mail goes: Airflow's SMTP connection when the environment defines it, else settings."""
     cfg = settings.smtp
     try:

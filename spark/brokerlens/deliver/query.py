@@ -17,7 +17,7 @@ from pyspark.logger import PySparkLogger
 from pyspark.sql import Row, SparkSession
 
 from brokerlens.platform.schemas import table_schemas
-from brokerlens.platform.settings import Settings
+from brokerlens.platform.settings import PlatformSettings
 from brokerlens.platform.table_admin import register_tables
 from brokerlens.platform.times import collect, iso
 
@@ -28,7 +28,7 @@ class QueryError(ValueError):
     """The query cannot run; the message is meant for the user."""
 
 
-def run_sql(query: str, settings: Settings, spark: SparkSession | None = None) -> tuple[list[str], list[Row]]:
+def run_sql(query: str, settings: PlatformSettings, spark: SparkSession | None = None) -> tuple[list[str], list[Row]]:
     """Register every table of ``settings``' lake, run ``query``, return its column names and rows."""
     from brokerlens.platform.spark import get_spark
 

@@ -12,7 +12,7 @@ import sys
 from collections.abc import Iterable, Iterator
 from typing import TextIO
 
-from brokerlens.platform.settings import Settings
+from brokerlens.platform.settings import PlatformSettings
 
 HELP = """\
 End a query with ; (or end of input). Tables are queried by name, e.g.
@@ -90,7 +90,7 @@ def _lines(stdin: TextIO, interactive: bool, splitter: Splitter) -> Iterator[str
             splitter.quote = None
 
 
-def repl(settings: Settings, fmt: str = "table", stdin: TextIO | None = None, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
+def repl(settings: PlatformSettings, fmt: str = "table", stdin: TextIO | None = None, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
     """Run statements from stdin over the tables of ``settings``' lake; returns the exit code (2 when a statement failed)."""
     from brokerlens.platform.schemas import SchemaError, table_schema, table_schemas
 

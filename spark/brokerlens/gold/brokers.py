@@ -13,7 +13,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from brokerlens.land.metrics import VERSION_METRIC
-from brokerlens.platform.settings import Settings
+from brokerlens.platform.settings import PlatformSettings
 from brokerlens.platform.tables import read_table
 
 _VERSION = r"^(\d+)\.(\d+)(?:\.(\d+))?"
@@ -56,7 +56,7 @@ def broker_config_at(rows: DataFrame, policies: DataFrame, keys: list[str], row_
     return matched.groupBy(*row_key).agg(*(F.coalesce(latest(k, True), latest(k, False)).alias(k) for k in keys))
 
 
-def version_metrics(day: date, settings: Settings) -> DataFrame:
+def version_metrics(day: date, settings: PlatformSettings) -> DataFrame:
     """The bronze_metrics days searched for a broker's version: ``day`` and the
     ``VERSION_LOOKBACK_DAYS`` before it."""
     return read_table("bronze_metrics", settings=settings).where(

@@ -17,9 +17,9 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
+from brokerlens.land.settings import LandStepSettings
 from brokerlens.platform.progress import progress
 from brokerlens.platform.schemas import table_schema
-from brokerlens.platform.settings import Settings
 from brokerlens.platform.spark import get_spark, in_parallel
 from brokerlens.platform.stage import StageResult
 from brokerlens.platform.tables import WriteResult, read_table, write_table
@@ -33,7 +33,7 @@ PARSERS = (topic_stats, internal_stats, dispatch, producer_stats, policies, metr
 KINDS = tuple(p.KIND for p in PARSERS)
 
 
-def survey_day(day: date, settings: Settings) -> dict[str, KindFiles]:
+def survey_day(day: date, settings: LandStepSettings) -> dict[str, KindFiles]:
     return survey(
         settings.landing,
         day.isoformat(),
@@ -43,7 +43,7 @@ def survey_day(day: date, settings: Settings) -> dict[str, KindFiles]:
     )
 
 
-def land_kind(parser, day: date, settings: Settings, files: KindFiles | None = None) -> tuple[DataFrame, DataFrame, DataFrame]:
+def land_kind(parser, day: date, settings: LandStepSettings, files: KindFiles | None = None) -> tuple[DataFrame, DataFrame, DataFrame]:
     """(bronze rows, quarantine rows, the parsed frame both come from: persisted, unpersist
     it when done) of one landing kind for the day; ``files``: the kind's files from
     :func:`survey_day` (surveyed here when not given)."""
@@ -72,14 +72,14 @@ def not_read_frame(spark: SparkSession, not_read: list[NotRead], day: date, kind
     return spark.createDataFrame(rows, table_schema("quarantine").struct)
 
 
-def _land_kind_to_bronze(parser, day: date, settings: Settings, files: KindFiles):
+def _land_kind_to_bronze(parser, day: date, settings: LandStepSettings, files: KindFiles):
     good, bad, parsed = land_kind(parser, day, settings, files)
     write = write_table(good, parser.TABLE, mode="replace", partitions=[{"day": day}], settings=settings)
     not_landed = metrics.samples_not_landed(get_spark(settings), files.read, settings.land) if parser is metrics else 0
     return write, bad, parsed, not_landed
 
 
-def land_day(day: date, settings: Settings) -> StageResult:
+def land_day(day: date, settings: LandStepSettings) -> StageResult:
     result = StageResult("land", day)
     quarantined, parsed_frames = [], []
     # The kinds land in parallel threads (platform.spark.in_parallel).
@@ -108,7 +108,7 @@ def land_day(day: date, settings: Settings) -> StageResult:
     return result
 
 
-def quarantine_counts(day: date, write: WriteResult, settings: Settings) -> list[Row]:
+def quarantine_counts(day: date, write: WriteResult, settings: LandStepSettings) -> list[Row]:
     """(kind, reason, count) of the quarantine rows the write committed, from the table: counting
     the frame instead passed over every kind's parsed rows once more (a large day's whole Pulsar
     documents, on disk) for a few rows. No commit: Delta had nothing to write (no rows to

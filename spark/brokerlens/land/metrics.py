@@ -29,7 +29,7 @@ from pathlib import Path
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from brokerlens.platform.settings import LandSettings
+from brokerlens.land.settings import LandSettings
 
 from .checks import (
     MALFORMED_LINE,

@@ -1,7 +1,7 @@
 """Secrets never leave the process: one filter over every text that does.
 
 The secrets are not a hand-kept list. They are every ``SecretStr`` value of every settings
-object the process made (:class:`~brokerlens.platform.settings.Settings` registers its own when
+object the process made (:class:`~brokerlens.platform.settings.PlatformSettings` registers its own when
 it is built; a secret setting added later is covered by its type), of the settings in force,
 the passwords of the Airflow connections in the environment (``AIRFLOW_CONN_*``), and the
 password of any ``scheme://user:password@host`` URL (a Prometheus or relay URL with basic

@@ -26,7 +26,7 @@ from pyspark.util import inheritable_thread_target
 
 from . import jvm
 from .jars import cache_dir, session_jars
-from .settings import Settings
+from .settings import PlatformSettings
 
 # A day is a UTC day, and Spark turns timestamps to text (date_format, casts, day boundaries
 # parsed from a date) in the session's zone: every session brokerlens uses is in UTC, whatever a
@@ -38,7 +38,7 @@ SESSION_ZONE = "spark.sql.session.timeZone"
 STAGE_THREADS = 3
 _T = TypeVar("_T")
 
-# Settings the table layer depends on, whatever the deployment.
+# PlatformSettings the table layer depends on, whatever the deployment.
 SQL_CONF = {
     # Delta readers (delta-rs, DuckDB) expect INT64 microsecond timestamps, not Spark's INT96.
     "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
@@ -74,7 +74,7 @@ def under_spark_submit() -> bool:
     return "SPARK_SUBMIT" in os.environ or os.environ.get("SPARK_ENV_LOADED") == "1"
 
 
-def get_spark(settings: Settings) -> SparkSession:
+def get_spark(settings: PlatformSettings) -> SparkSession:
     """Return the process's SparkSession, creating it on first use with ``settings``' Spark section."""
     active = SparkSession.getActiveSession()
     if active is not None:
@@ -166,10 +166,10 @@ def record_class_archive() -> Path:
 def _class_archive_session(archive: str, home: str) -> None:
     """What the archive's session runs: a window, JSON into VARIANT, and a Delta table written,
     merged into and read, so that most classes a stage loads are in it."""
-    from .settings import Settings, SparkSettings
+    from .settings import PlatformSettings, SparkSettings
 
     conf = {"spark.driver.extraJavaOptions": f"{java_options()} -XX:ArchiveClassesAtExit={archive}"}
-    spark = get_spark(Settings(home=Path(home), spark=SparkSettings(conf=conf)))
+    spark = get_spark(PlatformSettings(home=Path(home), spark=SparkSettings(conf=conf)))
     table = f"{home}/table"
     rows = spark.range(100).selectExpr("id", "sum(id) OVER (ORDER BY id) AS running", "parse_json(to_json(named_struct('id', id))) AS v")
     rows.selectExpr("variant_get(v, '$.id', 'bigint') AS id").agg({"id": "max"}).collect()

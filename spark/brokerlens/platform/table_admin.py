@@ -11,12 +11,12 @@ from pyspark.sql import SparkSession
 
 from . import jvm
 from .schemas import table_schemas
-from .settings import Settings
+from .settings import PlatformSettings
 from .spark import get_spark
 from .tables import TableError, ensure_table, table_exists, table_location, table_version
 
 
-def register_tables(spark: SparkSession | None, settings: Settings) -> list[str]:
+def register_tables(spark: SparkSession | None, settings: PlatformSettings) -> list[str]:
     """Make every table in ``schemas/`` known to Spark SQL by its name, in the session catalog
     (``CREATE TABLE … USING delta LOCATION …``): ``DESCRIBE HISTORY``, ``VERSION AS OF``,
     ``DESCRIBE DETAIL``, ``OPTIMIZE``, ``VACUUM`` and ``MERGE`` then work by name.
@@ -54,7 +54,7 @@ class TableInfo:
     columns: list[tuple[str, str, str]]
 
 
-def describe_tables(settings: Settings) -> list[TableInfo]:
+def describe_tables(settings: PlatformSettings) -> list[TableInfo]:
     return [
         TableInfo(
             name,
@@ -67,7 +67,7 @@ def describe_tables(settings: Settings) -> list[TableInfo]:
     ]
 
 
-def vacuum(name: str, settings: Settings, dry_run: bool = False) -> list[str]:
+def vacuum(name: str, settings: PlatformSettings, dry_run: bool = False) -> list[str]:
     """Delta's ``VACUUM``: delete files that no version younger than the table's retention
     (``delta.deletedFileRetentionDuration``, 7 days unless changed with ``ALTER TABLE … SET
     TBLPROPERTIES``) references, including files of writes killed before their commit. Delta's
@@ -86,6 +86,6 @@ def vacuum(name: str, settings: Settings, dry_run: bool = False) -> list[str]:
         raise TableError(f"{name}: vacuum failed: {str(exc).splitlines()[0]}") from exc
 
 
-def _data_files(spark: SparkSession, name: str, settings: Settings) -> set[str]:
+def _data_files(spark: SparkSession, name: str, settings: PlatformSettings) -> set[str]:
     """Every file under the table's folder but its log (what VACUUM may delete)."""
     return {path for path in jvm.walk_files(spark, table_location(name, settings)) if "/_delta_log/" not in path}

@@ -42,7 +42,7 @@ from pyspark.sql import types as T
 
 from . import jvm
 from .schemas import TableSchema, table_schema
-from .settings import Settings
+from .settings import PlatformSettings
 from .spark import get_spark
 
 log = logging.getLogger(__name__)
@@ -76,17 +76,17 @@ class WriteResult:
         return f"{self.table}: {self.rows} rows in {self.files} files, version {self.version}"
 
 
-def table_location(name: str, settings: Settings) -> str:
+def table_location(name: str, settings: PlatformSettings) -> str:
     """Where table ``name`` lives: a local path or a URI such as ``s3a://bucket/lake/name``."""
     table_schema(name)  # unknown names fail here with the list of known tables
     return f"{settings.lake_uri.rstrip('/')}/{name}"
 
 
-def table_exists(name: str, settings: Settings, spark: SparkSession | None = None) -> bool:
+def table_exists(name: str, settings: PlatformSettings, spark: SparkSession | None = None) -> bool:
     return DeltaTable.isDeltaTable(spark or get_spark(settings), table_location(name, settings))
 
 
-def table_version(name: str, settings: Settings, spark: SparkSession | None = None) -> int | None:
+def table_version(name: str, settings: PlatformSettings, spark: SparkSession | None = None) -> int | None:
     """The table's latest version, None if it has never been written."""
     spark = spark or get_spark(settings)
     if not table_exists(name, settings, spark):
@@ -123,7 +123,7 @@ def read_table(
     timestamp: datetime | str | None = None,
     spark: SparkSession | None = None,
     *,
-    settings: Settings,
+    settings: PlatformSettings,
 ) -> DataFrame:
     """The table as a DataFrame: latest, or as of a version or a timestamp (time travel).
 
@@ -165,7 +165,7 @@ def conform(df: DataFrame, schema: TableSchema) -> DataFrame:
     return df.select(*[F.col(c.name).cast(c.spark_type).alias(c.name) for c in schema.columns])
 
 
-def ensure_table(name: str, spark: SparkSession | None, settings: Settings) -> None:
+def ensure_table(name: str, spark: SparkSession | None, settings: PlatformSettings) -> None:
     """Create the table, empty, with its schema, partitioning and descriptions from ``schemas/``
     if it does not exist yet (a table created concurrently by another writer is fine)."""
     spark = spark or get_spark(settings)
@@ -191,7 +191,7 @@ def write_table(
     partitions: Iterable[PartitionSpec] | None = None,
     txn: tuple[str, int] | None = None,
     *,
-    settings: Settings,
+    settings: PlatformSettings,
 ) -> WriteResult:
     """Write ``df`` to table ``name`` in one atomic commit.
 
@@ -235,7 +235,7 @@ def merge_table(
     name: str,
     partitions: Iterable[PartitionSpec],
     *,
-    settings: Settings,
+    settings: PlatformSettings,
     update_when: str | None = None,
     delete_when: str | None = None,
 ) -> WriteResult:
@@ -281,7 +281,7 @@ def merge_table(
     return _result(name, write_id, ("numTargetRowsInserted", "numTargetRowsUpdated"), settings, spark, started)
 
 
-def _with_retries(name: str, attempt: Callable[[], _T], settings: Settings) -> _T:
+def _with_retries(name: str, attempt: Callable[[], _T], settings: PlatformSettings) -> _T:
     """Run a commit, again on a conflicting concurrent commit (Delta re-reads the table)."""
     attempts = max(1, settings.commit_retries)
     for number in range(1, attempts + 1):
@@ -297,7 +297,7 @@ def _with_retries(name: str, attempt: Callable[[], _T], settings: Settings) -> _
 
 
 def _result(
-    name: str, write_id: str, row_metrics: tuple[str, ...], settings: Settings, spark: SparkSession, started: float, with_txn: bool = False
+    name: str, write_id: str, row_metrics: tuple[str, ...], settings: PlatformSettings, spark: SparkSession, started: float, with_txn: bool = False
 ) -> WriteResult:
     """What the commit tagged with ``write_id`` did. No commit has the tag: with a transaction,
     Delta had already seen it (skipped); without one, Delta had nothing to commit (no rows and

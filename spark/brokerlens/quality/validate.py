@@ -26,7 +26,7 @@ from pyspark.sql import functions as F
 
 from brokerlens.platform.redact import redact
 from brokerlens.platform.schemas import package_data, table_schemas
-from brokerlens.platform.settings import Settings
+from brokerlens.platform.settings import PlatformSettings
 from brokerlens.platform.spark import get_spark, in_parallel
 from brokerlens.platform.stage import StageFailed, StageResult
 from brokerlens.platform.tables import read_table, write_table
@@ -98,18 +98,18 @@ def _detail(result: dict) -> str:
     return "" if observed is None else f"observed {observed}"
 
 
-def _landed(settings: Settings, day: date, kinds: list[str]) -> list[str]:
+def _landed(settings: PlatformSettings, day: date, kinds: list[str]) -> list[str]:
     """The landing kinds among ``kinds`` that have files for the day."""
     return [k for k in kinds if any(p.is_file() for p in (settings.landing / day.isoformat() / k).rglob("*"))]
 
 
-def _severity(meta: dict, settings: Settings, day: date) -> str:
+def _severity(meta: dict, settings: PlatformSettings, day: date) -> str:
     if _landed(settings, day, meta.get("critical_when_landed", [])):
         return CRITICAL
     return meta.get("severity", WARNING)
 
 
-def validate_day(day: date, settings: Settings, layer: str | None = None) -> StageResult:
+def validate_day(day: date, settings: PlatformSettings, layer: str | None = None) -> StageResult:
     if layer is not None and layer not in LAYERS:
         raise ValueError(f"validate layer must be one of {', '.join(LAYERS)}, not {layer!r}")
     spark = get_spark(settings)

@@ -21,7 +21,7 @@ from functools import partial
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from brokerlens.platform.settings import Settings
+from brokerlens.platform.settings import PlatformSettings
 from brokerlens.platform.spark import get_spark, in_parallel
 from brokerlens.platform.stage import StageResult
 from brokerlens.platform.tables import read_table, write_table
@@ -32,7 +32,7 @@ from .limits import rate_limits
 from .producers import producer_snapshots
 
 
-def build_silver(day: date, settings: Settings) -> StageResult:
+def build_silver(day: date, settings: PlatformSettings) -> StageResult:
     spark = get_spark(settings)
     result = StageResult("silver", day)
 

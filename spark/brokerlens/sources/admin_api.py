@@ -9,8 +9,8 @@ import time
 
 import requests
 
-from brokerlens.platform.settings import Settings
 from brokerlens.platform.stage import StageFailed
+from brokerlens.sources.settings import SourcesStepSettings
 
 log = logging.getLogger("brokerlens.sources.collect")
 
@@ -24,7 +24,7 @@ class CollectError(StageFailed):
 class AdminClient:
     """Thin client over the admin REST API: auth header, timeouts, retries, one session per thread."""
 
-    def __init__(self, url: str, settings: Settings, send_token: bool = True):
+    def __init__(self, url: str, settings: SourcesStepSettings, send_token: bool = True):
         self.base = url.rstrip("/")
         self.conf = settings.collect
         # The admin token is Pulsar's: never sent to another service (Prometheus).

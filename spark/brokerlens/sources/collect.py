@@ -36,8 +36,8 @@ from datetime import date, datetime, timezone
 from pathlib import Path
 from urllib.parse import quote, urlsplit
 
-from brokerlens.platform.settings import Settings
 from brokerlens.platform.stage import StageResult
+from brokerlens.sources.settings import SourcesStepSettings
 
 from .admin_api import AdminClient, CollectError
 from .exporter import ExporterResult, collect_exporter
@@ -107,7 +107,7 @@ def _owner(client: AdminClient, topic: str, stats: dict) -> str | None:
 
 def collect(
     day: date | None,
-    settings: Settings,
+    settings: SourcesStepSettings,
     admin_url: str | None = None,
     prometheus_url: str | None = None,
     step_seconds: int = PROMETHEUS_STEP_SECONDS,

@@ -6,8 +6,8 @@ from __future__ import annotations
 import re
 from datetime import date, datetime, timezone
 
-from brokerlens.platform.settings import Settings
 from brokerlens.platform.stage import StageResult
+from brokerlens.sources.settings import SourcesStepSettings
 
 from .admin_api import AdminClient, CollectError
 from .landing import write_atomic
@@ -36,7 +36,7 @@ def file_broker(instance: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]", "_", instance.replace(":", "_")) or "prometheus"
 
 
-def collect_prometheus(day: date | None, settings: Settings, url: str, step_seconds: int) -> StageResult:
+def collect_prometheus(day: date | None, settings: SourcesStepSettings, url: str, step_seconds: int) -> StageResult:
     """The day's Pulsar series from a Prometheus server (HTTP API ``query_range``) into
     ``metrics/<instance>@prometheus-<HHMM>.prom`` files, one per broker and chunk, in the text
     exposition format with millisecond timestamps, so that they land like scrape files."""

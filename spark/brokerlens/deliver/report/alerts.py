@@ -7,8 +7,8 @@ from datetime import date
 
 from pyspark.sql import functions as F
 
+from brokerlens.deliver.settings import DeliverStepSettings
 from brokerlens.gold.holes.alerts import SEVERITY_RANK
-from brokerlens.platform.settings import Settings
 from brokerlens.platform.times import collect, first
 
 from .blocks import SUBSCRIPTION, Number, Section, Table, day_rows, fmt, hhmm, limited, short_topic
@@ -17,7 +17,7 @@ from .links import subscription_anchor
 STATE_ORDER = {"escalated": 0, "new": 1, "ongoing": 2, "resolved": 3}
 
 
-def alert_section(day: date, settings: Settings, headline: list[Number]) -> Section:
+def alert_section(day: date, settings: DeliverStepSettings, headline: list[Number]) -> Section:
     section = Section(
         "alerts",
         "Hole-risk alerts",

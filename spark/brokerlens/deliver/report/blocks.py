@@ -10,7 +10,7 @@ from datetime import date
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from brokerlens.platform.settings import Settings
+from brokerlens.deliver.settings import DeliverStepSettings
 from brokerlens.platform.tables import read_table
 from brokerlens.platform.times import collect, minute
 
@@ -65,7 +65,7 @@ class Section:
 # ---------------------------------------------------------------------------- helpers
 
 
-def day_rows(name: str, day: date, settings: Settings) -> DataFrame:
+def day_rows(name: str, day: date, settings: DeliverStepSettings) -> DataFrame:
     return read_table(name, settings=settings).where(F.col("day") == F.lit(day))
 
 

@@ -8,7 +8,7 @@ from datetime import date, datetime, timedelta, timezone
 
 from pyspark.sql import functions as F
 
-from brokerlens.platform.settings import Settings
+from brokerlens.deliver.settings import DeliverStepSettings
 from brokerlens.platform.spark import get_spark
 from brokerlens.platform.tables import read_table
 from brokerlens.platform.times import collect, first
@@ -19,7 +19,7 @@ from .charts import cursor_chart
 CURSOR_BUCKET_SECONDS = 600
 
 
-def cursor_section(day: date, settings: Settings, headline: list[Number]) -> Section:
+def cursor_section(day: date, settings: DeliverStepSettings, headline: list[Number]) -> Section:
     section = Section(
         "cursors",
         "Closest to the unacked-range cap",

@@ -9,7 +9,7 @@ from datetime import date, datetime, timezone
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from brokerlens.platform.settings import Settings
+from brokerlens.deliver.settings import DeliverStepSettings
 from brokerlens.platform.spark import get_spark
 from brokerlens.platform.times import collect, first
 
@@ -54,7 +54,7 @@ def _scrape_note(rows: list) -> str:
     )
 
 
-def dispatch_section(day: date, settings: Settings, headline: list[Number]) -> Section:
+def dispatch_section(day: date, settings: DeliverStepSettings, headline: list[Number]) -> Section:
     section = Section(
         "dispatch",
         "Over-delivery and debt",

@@ -6,15 +6,15 @@ from __future__ import annotations
 import re
 from datetime import date
 
-from brokerlens.platform.settings import Settings
+from brokerlens.deliver.settings import DeliverStepSettings
 
 
-def report_path(day: date, settings: Settings):
+def report_path(day: date, settings: DeliverStepSettings):
     """Where the report of ``day`` is written (the alert mail links to it)."""
     return settings.reports / day.isoformat() / f"brokerlens-{day.isoformat()}.html"
 
 
-def report_url(day: date, settings: Settings) -> str:
+def report_url(day: date, settings: DeliverStepSettings) -> str:
     """The report's address in the alert mail: under ``report.base_url`` when the reports folder
     is served, else the file's own URL."""
     path = report_path(day, settings)

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from datetime import date, datetime, timezone
 
+from brokerlens.deliver.settings import DeliverStepSettings
 from brokerlens.platform.progress import progress
 from brokerlens.platform.redact import redact
 from brokerlens.platform.schemas import table_schemas
-from brokerlens.platform.settings import Settings
 from brokerlens.platform.stage import StageResult
 from brokerlens.platform.tables import table_version
 
@@ -65,7 +65,7 @@ def render_html(day: date, sections: list[Section], headline: list[Number], sour
     )
 
 
-def _source_versions(settings: Settings) -> list[tuple[str, str]]:
+def _source_versions(settings: DeliverStepSettings) -> list[tuple[str, str]]:
     out = []
     for name in SOURCE_TABLES:
         if name in table_schemas():
@@ -74,7 +74,7 @@ def _source_versions(settings: Settings) -> list[tuple[str, str]]:
     return out
 
 
-def report_day(day: date, settings: Settings) -> StageResult:
+def report_day(day: date, settings: DeliverStepSettings) -> StageResult:
     """Write the day's HTML report; the result says where it is."""
     result = StageResult("report", day)
     headline: list[Number] = []

@@ -7,12 +7,12 @@ from datetime import date
 
 from pyspark.sql import functions as F
 
-from brokerlens.platform.settings import Settings
+from brokerlens.deliver.settings import DeliverStepSettings
 
 from .blocks import Number, Section, Table, day_rows, fmt, limited
 
 
-def quarantine_section(day: date, settings: Settings, headline: list[Number]) -> Section:
+def quarantine_section(day: date, settings: DeliverStepSettings, headline: list[Number]) -> Section:
     section = Section(
         "quarantine",
         "Quarantined records",

@@ -7,13 +7,13 @@ from datetime import date
 
 from pyspark.sql import functions as F
 
-from brokerlens.platform.settings import Settings
+from brokerlens.deliver.settings import DeliverStepSettings
 from brokerlens.platform.times import first
 
 from .blocks import Number, Section, Table, day_rows, fmt, limited, short_topic
 
 
-def reload_section(day: date, settings: Settings, headline: list[Number]) -> Section:
+def reload_section(day: date, settings: DeliverStepSettings, headline: list[Number]) -> Section:
     section = Section(
         "reloads",
         "Topic reloads",

@@ -11,7 +11,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from brokerlens.gold.brokers import version_metrics
-from brokerlens.platform.settings import Settings
+from brokerlens.gold.dispatch.settings import DispatchStepSettings
 from brokerlens.platform.stage import StageResult
 from brokerlens.platform.tables import merge_table, read_table, write_table
 
@@ -25,7 +25,7 @@ from .scopes import SCOPE
 log = logging.getLogger(__name__)
 
 
-def build_dispatch(day: date, settings: Settings) -> StageResult:
+def build_dispatch(day: date, settings: DispatchStepSettings) -> StageResult:
     """Build step: ``dispatch_periods``, ``debt_state`` and ``dispatch_daily`` for ``day``.
 
     Starts from the closing debt of ``day - 1`` in ``debt_state`` (zero debt if that day was
@@ -49,12 +49,12 @@ def build_dispatch(day: date, settings: Settings) -> StageResult:
     return result
 
 
-def _built_days(settings: Settings) -> set[date]:
+def _built_days(settings: DispatchStepSettings) -> set[date]:
     state = read_table("debt_state", settings=settings)
     return {r["day"] for r in state.select("day").distinct().collect()}  # one row per built day
 
 
-def _build_one(day: date, settings: Settings, result: StageResult, summary: bool) -> bool:
+def _build_one(day: date, settings: DispatchStepSettings, result: StageResult, summary: bool) -> bool:
     """Build one day; True when its closing debt differs from the one stored before."""
     intervals = read_table("dispatch_intervals", settings=settings).where(F.col("day") == F.lit(day))
     limits = read_table("rate_limits", settings=settings).where(F.col("day") == F.lit(day))
@@ -113,7 +113,7 @@ def _build_one(day: date, settings: Settings, result: StageResult, summary: bool
     return changed
 
 
-def _day_models(day: date, settings: Settings, intervals: DataFrame, opening: DataFrame) -> DataFrame:
+def _day_models(day: date, settings: DispatchStepSettings, intervals: DataFrame, opening: DataFrame) -> DataFrame:
     """``limiter_models`` and ``counting_rules`` for the brokers with dispatch rows or carried debt
     on ``day``."""
     brokers = intervals.select("cluster", "broker").unionByName(opening.select("cluster", "broker")).distinct()

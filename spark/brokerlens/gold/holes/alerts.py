@@ -9,7 +9,7 @@ from datetime import date
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from brokerlens.platform.settings import AlertSettings
+from brokerlens.gold.holes.settings import AlertSettings
 
 from .persistence import KEY, with_alert_thresholds
 

@@ -10,7 +10,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from brokerlens.gold.brokers import version_metrics
-from brokerlens.platform.settings import Settings
+from brokerlens.gold.holes.settings import HolesStepSettings
 from brokerlens.platform.stage import StageResult
 from brokerlens.platform.tables import WriteResult, read_table, write_table
 
@@ -51,13 +51,13 @@ def _quarantine_rows(malformed: DataFrame, day: date) -> DataFrame:
     )
 
 
-def replace_quarantine(rows: DataFrame, day: date, stage: str, kind: str, settings: Settings) -> WriteResult:
+def replace_quarantine(rows: DataFrame, day: date, stage: str, kind: str, settings: HolesStepSettings) -> WriteResult:
     """Replace this (day, stage, kind)'s quarantine rows, keeping other kinds of the same stage."""
     others = read_table("quarantine", settings=settings).filter((F.col("day") == F.lit(day)) & (F.col("stage") == stage) & (F.col("kind") != kind))
     return write_table(others.unionByName(rows), "quarantine", mode="replace", partitions=[{"day": day, "stage": stage}], settings=settings)
 
 
-def build_holes(day: date, settings: Settings) -> StageResult:
+def build_holes(day: date, settings: HolesStepSettings) -> StageResult:
     from brokerlens.platform.schemas import table_schema
 
     result = StageResult("holes", day)

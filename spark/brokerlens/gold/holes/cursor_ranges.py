@@ -32,7 +32,7 @@ from datetime import date, datetime, time, timezone
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
-from brokerlens.platform.settings import AlertSettings
+from brokerlens.gold.holes.settings import AlertSettings
 
 from .persistence import KEY, LONG_ARRAY, METADATA_STORE, RANGES, SNAPSHOT_KEY, with_persistence
 from .ranges import parse_ranges, range_stats

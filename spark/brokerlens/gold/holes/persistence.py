@@ -11,7 +11,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from brokerlens.gold.brokers import broker_config_at, version_choice
-from brokerlens.platform.settings import AlertOverride, AlertSettings
+from brokerlens.gold.holes.settings import AlertOverride, AlertSettings
 
 CAP_KEY = "managedLedgerMaxUnackedRangesToPersist"
 METADATA_STORE_CAP_KEY = "managedLedgerMaxUnackedRangesToPersistInMetadataStore"

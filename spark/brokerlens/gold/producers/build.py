@@ -9,8 +9,8 @@ from datetime import date
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from brokerlens.gold.producers.settings import ProducersStepSettings
 from brokerlens.platform.schemas import table_schema
-from brokerlens.platform.settings import Settings
 from brokerlens.platform.stage import StageResult
 from brokerlens.platform.tables import read_table, write_table
 
@@ -22,7 +22,7 @@ from .publish_rate import publish_conformance
 log = logging.getLogger(__name__)
 
 
-def build_producers(day: date, settings: Settings) -> StageResult:
+def build_producers(day: date, settings: ProducersStepSettings) -> StageResult:
     result = StageResult("producers", day)
     config = settings.producers
     snapshots = read_table("producer_snapshots", settings=settings).where(F.col("day") == F.lit(day)).transform(with_config_hash).cache()

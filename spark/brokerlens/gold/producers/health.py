@@ -8,7 +8,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from brokerlens.platform.settings import ProducerSettings
+from brokerlens.gold.producers.settings import ProducerSettings
 
 from .config import PRODUCER, avg_msg_bytes, partitions_at_least_one, with_effective_pending, with_template
 

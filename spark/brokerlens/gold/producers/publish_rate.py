@@ -7,8 +7,8 @@ from __future__ import annotations
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
+from brokerlens.gold.producers.settings import ProducerSettings
 from brokerlens.gold.token_bucket import conformance, parse_limit
-from brokerlens.platform.settings import ProducerSettings
 
 from .config import PRODUCER, partitions_at_least_one
 

@@ -11,7 +11,7 @@ import json
 import shutil
 from datetime import date
 
-from brokerlens.platform.settings import Settings
+from brokerlens.platform.settings import PlatformSettings
 from brokerlens.platform.stage import StageFailed, StageResult
 
 from . import bad
@@ -26,7 +26,7 @@ MANIFEST = "_demo_manifest.json"
 KINDS = ("topic-stats", "internal-stats", "dispatch", "producer-stats", "policies", "metrics")
 
 
-def generate_day(day: date, settings: Settings, scale: float = 1.0, seed: int = 7) -> StageResult:
+def generate_day(day: date, settings: PlatformSettings, scale: float = 1.0, seed: int = 7) -> StageResult:
     """Write ``<landing>/<day>/<kind>/...`` for all six kinds and ``_demo_manifest.json``."""
     if scale <= 0:
         raise ValueError("scale must be positive")
