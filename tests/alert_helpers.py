@@ -109,7 +109,7 @@ def build_days(spark, ranges_by_day: dict[date, dict[str, int]]) -> None:
                 snap(at(d, h), None, sub="search", reported=ranges["search"], source="topic-stats"),
             ]
         write_snapshots(spark, rows, d, settings)
-        build_holes(d, settings)
+        build_holes(spark, d, settings)
     if key not in _built:
         _built[key] = settings.lake.with_name("built-days-lake")
         shutil.copytree(settings.lake, _built[key])

@@ -55,7 +55,7 @@ def test_alert_mails_new_then_changes_and_never_twice(spark, smtp_server, monkey
     assert HINTS["delayed-messages"] in text and "cumulative acknowledgement" in text
     assert "search" not in html
 
-    notes = read_table("alert_notifications", settings=settings).collect()
+    notes = read_table("alert_notifications", settings=settings, spark=spark).collect()
     assert sorted((r["group_name"], r["subscription"], r["state"]) for r in notes) == [
         ("ops", "audit", "new"),
         ("ops", "billing", "new"),
@@ -65,7 +65,7 @@ def test_alert_mails_new_then_changes_and_never_twice(spark, smtp_server, monkey
     assert {r["status"] for r in notes} == {"sent"}
     eml = sorted((settings.outbox / "alerts" / str(D1)).glob("*.eml"))
     assert len(eml) == 2 and {email.message_from_bytes(p.read_bytes())["Message-ID"] for p in eml} == {m["Message-ID"] for _, m in inbox.messages}
-    assert all(r["notified"] for r in read_table("hole_alerts", settings=settings).filter(f"day = '{D1}'").collect())
+    assert all(r["notified"] for r in read_table("hole_alerts", settings=settings, spark=spark).filter(f"day = '{D1}'").collect())
 
     # Day 2: only what changed (billing escalated, audit resolved, search new), not ongoing charges.
     inbox.messages.clear()
@@ -79,7 +79,7 @@ def test_alert_mails_new_then_changes_and_never_twice(spark, smtp_server, monkey
     assert "[NEW warning]" in text and "/ search" in text
     assert "[RESOLVED, was warning]" in text and "/ audit" in text
     assert "charges" not in text
-    day2 = {r["subscription"]: r for r in read_table("hole_alerts", settings=settings).filter(f"day = '{D2}'").collect()}
+    day2 = {r["subscription"]: r for r in read_table("hole_alerts", settings=settings, spark=spark).filter(f"day = '{D2}'").collect()}
     assert {k: (v["state"], v["notified"]) for k, v in day2.items()} == {
         "charges": ("ongoing", False),
         "billing": ("escalated", True),
@@ -92,7 +92,7 @@ def test_alert_mails_new_then_changes_and_never_twice(spark, smtp_server, monkey
     out = run_alert("--date", str(D2))
     assert out.exit_code == 0, out.output
     assert inbox.messages == [] and "nothing to send" in out.output
-    assert read_table("alert_notifications", settings=settings).count() == 6
+    assert read_table("alert_notifications", settings=settings, spark=spark).count() == 6
 
 
 @pytest.mark.slow
@@ -101,7 +101,7 @@ def test_dry_run_and_smtp_down_fail_clearly_and_record_nothing(spark, monkeypatc
     monkeypatch.setenv("AIRFLOW_CONN_SMTP_DEFAULT", f"smtp://alerts:pa%24%24word@127.0.0.1:{port}?disable_ssl=true")
     reload_settings()
     write_snapshots(spark, [snap(at(D1, 5), None, sub="billing", reported=10_001, source="topic-stats")], D1, settings)
-    build_holes(D1, get_settings())
+    build_holes(spark, D1, get_settings())
 
     out = run_alert("--date", str(D1), "--dry-run")
     assert out.exit_code == 0, out.output
@@ -114,9 +114,9 @@ def test_dry_run_and_smtp_down_fail_clearly_and_record_nothing(spark, monkeypatc
     assert f"cannot reach SMTP server smtp://alerts@127.0.0.1:{port}" in out.stderr
     assert "0 of 1 alert message(s) sent and recorded" in out.stderr
     assert "pa$$word" not in out.output + out.stderr
-    assert read_table("alert_notifications", settings=settings).count() == 0
+    assert read_table("alert_notifications", settings=settings, spark=spark).count() == 0
     assert not (settings.outbox / "alerts").exists()
-    assert not read_table("hole_alerts", settings=settings).first()["notified"]
+    assert not read_table("hole_alerts", settings=settings, spark=spark).first()["notified"]
 
 
 def test_smtp_target_reads_airflow_connection_forms():

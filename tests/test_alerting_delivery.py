@@ -32,8 +32,8 @@ from brokerlens.platform.tables import read_table
 from holes_data import at, snap, write_snapshots
 
 
-def notifications(day: date, settings) -> list:
-    return read_table("alert_notifications", settings=settings).filter(f"day = '{day}'").collect()
+def notifications(spark, day: date, settings) -> list:
+    return read_table("alert_notifications", settings=settings, spark=spark).filter(f"day = '{day}'").collect()
 
 
 @pytest.mark.slow
@@ -50,10 +50,10 @@ def test_dropped_connection_records_what_was_accepted_and_a_rerun_sends_the_rest
     [(rcpt, first)] = inbox.messages
     assert rcpt == ["ops@example.com", "sre@example.com"]
     # Exactly what the server accepted: the ops message's two alerts, as sent; nothing pending.
-    rows = notifications(D1, settings)
+    rows = notifications(spark, D1, settings)
     assert sorted((r["group_name"], r["subscription"], r["status"]) for r in rows) == [("ops", "audit", "sent"), ("ops", "billing", "sent")]
     assert {r["message_id"] for r in rows} == {first["Message-ID"]}
-    notified = {r["subscription"]: r["notified"] for r in read_table("hole_alerts", settings=settings).collect()}
+    notified = {r["subscription"]: r["notified"] for r in read_table("hole_alerts", settings=settings, spark=spark).collect()}
     assert notified == {"audit": True, "billing": True, "charges": False}
 
     inbox.drop_after = None
@@ -61,7 +61,7 @@ def test_dropped_connection_records_what_was_accepted_and_a_rerun_sends_the_rest
     assert out.exit_code == 0, out.output
     assert [rcpt for rcpt, _ in inbox.messages] == [["ops@example.com", "sre@example.com"], ["pay-oncall@example.com"]]
     second = inbox.messages[1][1]
-    assert sorted((r["group_name"], r["subscription"], r["message_id"]) for r in notifications(D1, settings)) == [
+    assert sorted((r["group_name"], r["subscription"], r["message_id"]) for r in notifications(spark, D1, settings)) == [
         ("ops", "audit", first["Message-ID"]),
         ("ops", "billing", first["Message-ID"]),
         ("payments", "charges", second["Message-ID"]),
@@ -79,7 +79,7 @@ def test_refused_recipient_is_not_recorded_and_a_rerun_mails_only_it(spark, smtp
     assert out.exit_code == 1
     assert "refused sre@example.com" in out.stderr and "2 of 2 alert message(s) sent" in out.stderr
     assert sorted(rcpt for rcpt, _ in inbox.messages) == [["ops@example.com"], ["pay-oncall@example.com"]]
-    recorded = {(r["group_name"], r["subscription"]): r["recipients"] for r in notifications(D1, settings)}
+    recorded = {(r["group_name"], r["subscription"]): r["recipients"] for r in notifications(spark, D1, settings)}
     assert recorded == {("ops", "audit"): ["ops@example.com"], ("ops", "billing"): ["ops@example.com"], ("payments", "charges"): ["pay-oncall@example.com"]}
 
     # The re-run mails the ops alerts to sre only: another message (another Message-ID).
@@ -90,7 +90,7 @@ def test_refused_recipient_is_not_recorded_and_a_rerun_mails_only_it(spark, smtp
     [(rcpt, msg)] = inbox.messages
     assert rcpt == ["sre@example.com"] and msg["To"] == "sre@example.com"
     assert "billing" in parts(msg)[0] and "audit" in parts(msg)[0]
-    rows = notifications(D1, settings)
+    rows = notifications(spark, D1, settings)
     assert sorted((r["group_name"], r["subscription"], tuple(r["recipients"])) for r in rows) == [
         ("ops", "audit", ("ops@example.com",)),
         ("ops", "audit", ("sre@example.com",)),
@@ -123,13 +123,13 @@ def test_a_crash_between_sending_and_recording_never_mails_twice(spark, smtp_ser
     [(rcpt, ops)] = inbox.messages
     ops_id = ops["Message-ID"]
     assert rcpt == ["ops@example.com", "sre@example.com"]
-    assert {(r["group_name"], r["status"], r["message_id"]) for r in notifications(D1, settings)} == {("ops", "pending", ops_id)}
+    assert {(r["group_name"], r["status"], r["message_id"]) for r in notifications(spark, D1, settings)} == {("ops", "pending", ops_id)}
 
     # 2. Settles ops as sent without mailing it again; killed before handing payments' over.
     run = alert("pending-recorded")
     assert run.returncode == 137, run.stderr[-3000:]
     assert len(inbox.messages) == 1
-    assert sorted((r["group_name"], r["status"]) for r in notifications(D1, settings)) == [("ops", "sent"), ("ops", "sent"), ("payments", "pending")]
+    assert sorted((r["group_name"], r["status"]) for r in notifications(spark, D1, settings)) == [("ops", "sent"), ("ops", "sent"), ("payments", "pending")]
 
     # 3. Mails payments (never accepted before), and only it.
     run = alert(None)
@@ -138,10 +138,10 @@ def test_a_crash_between_sending_and_recording_never_mails_twice(spark, smtp_ser
     assert "not sent by an earlier run that stopped; mailed now" in run.stdout
     received = [m["Message-ID"] for _, m in inbox.messages]
     assert len(received) == len(set(received)) == 2
-    rows = notifications(D1, settings)
+    rows = notifications(spark, D1, settings)
     assert {r["status"] for r in rows} == {"sent"}
     assert {r["message_id"] for r in rows} == set(received)
-    assert all(r["notified"] for r in read_table("hole_alerts", settings=settings).collect())
+    assert all(r["notified"] for r in read_table("hole_alerts", settings=settings, spark=spark).collect())
 
 
 @pytest.mark.slow
@@ -160,7 +160,7 @@ def test_ongoing_alerts_are_reminded_after_reminder_days(spark, smtp_server, mon
     # charges is critical all three days: new on day 1, ongoing on days 2 and 3; mailed on day 1
     # and again 2 days (reminder_days) after it, on day 3.
     assert mailed == {D1: [[("NEW critical", PAY_TOPIC)]], D2: [], d3: [[("ONGOING critical", PAY_TOPIC)]]}
-    assert [r["day"] for r in read_table("alert_notifications", settings=settings).orderBy("day").collect()] == [D1, d3]
+    assert [r["day"] for r in read_table("alert_notifications", settings=settings, spark=spark).orderBy("day").collect()] == [D1, d3]
 
 
 @pytest.fixture
@@ -224,7 +224,7 @@ def test_starttls_and_auth_against_a_real_server_never_show_the_password(spark, 
     try:
         monkeypatch.setenv("SSL_CERT_FILE", str(cert))
         write_snapshots(spark, [snap(at(D1, 5), None, sub="billing", reported=10_001, source="topic-stats")], D1, settings)
-        build_holes(D1, get_settings())
+        build_holes(spark, D1, get_settings())
         caplog.set_level(logging.DEBUG)
 
         def uri(secret: str) -> str:  # disable_ssl without disable_tls: STARTTLS
@@ -258,7 +258,7 @@ def test_starttls_and_auth_against_a_real_server_never_show_the_password(spark, 
             ok.stderr,
             *logged,
             *capfd.readouterr(),
-            *(str(r) for r in read_table("alert_notifications", settings=settings).collect()),
+            *(str(r) for r in read_table("alert_notifications", settings=settings, spark=spark).collect()),
             *(p.read_text(errors="replace") for p in settings.outbox.rglob("*.eml")),
         ]
     )
@@ -289,7 +289,7 @@ def test_missing_snapshots_make_the_alert_stale_and_mail_no_data_once(spark, smt
         rows = [snap(at(d, h), None, sub=s, reported=n, source="topic-stats", sub_type="Failover")
                 for h in (1, 2) for s, n in subs.items()]  # fmt: skip
         write_snapshots(spark, rows, d, settings)
-        build_holes(d, get_settings())
+        build_holes(spark, d, get_settings())
         out = run_alert("--date", str(d))
         assert out.exit_code == 0, out.output
 
@@ -298,7 +298,7 @@ def test_missing_snapshots_make_the_alert_stale_and_mail_no_data_once(spark, smt
     inbox.messages.clear()
 
     day(D2, {"search": 10})
-    stale = read_table("hole_alerts", settings=settings).filter(f"day = '{D2}'").collect()
+    stale = read_table("hole_alerts", settings=settings, spark=spark).filter(f"day = '{D2}'").collect()
     assert [(r["subscription"], r["state"], r["severity"], r["stale_since"]) for r in stale] == [("audit", "stale", "warning", D2)]
     assert stale[0]["reason"].startswith(f"no data since {D1} 02:00 UTC")
     assert len(inbox.messages) == 1
@@ -308,11 +308,11 @@ def test_missing_snapshots_make_the_alert_stale_and_mail_no_data_once(spark, smt
     inbox.messages.clear()
 
     day(d3, {"search": 10})
-    again = read_table("hole_alerts", settings=settings).filter(f"day = '{d3}'").collect()
+    again = read_table("hole_alerts", settings=settings, spark=spark).filter(f"day = '{d3}'").collect()
     assert [(r["state"], r["stale_since"], r["first_seen"]) for r in again] == [("stale", D2, D1)]
     assert inbox.messages == []  # one "no data" mail per stretch, not one per day
 
     day(d4, {"audit": 300, "search": 10})
-    back = read_table("hole_alerts", settings=settings).filter(f"day = '{d4}'").collect()
+    back = read_table("hole_alerts", settings=settings, spark=spark).filter(f"day = '{d4}'").collect()
     assert [(r["state"], r["previous_severity"]) for r in back] == [("resolved", "warning")]
-    assert read_table("alert_notifications", settings=settings).filter("subscription = 'audit'").count() == 3  # new, no data, resolved
+    assert read_table("alert_notifications", settings=settings, spark=spark).filter("subscription = 'audit'").count() == 3  # new, no data, resolved

@@ -196,10 +196,10 @@ def write_silver(spark, settings, all_series: list[Series], days=(D1, D2)):
             write_table(frame(spark, table, rows), table, "replace", [{"day": day}], settings=settings)
 
 
-def assert_day_matches_reference(all_series: list[Series], day: date, settings):
-    got = {(r["topic"], round(offset(r))): r for r in read_table("dispatch_periods", settings=settings).where(f"day = '{day}'").collect()}
-    state = {r["topic"]: (r["debt_msgs"], r["debt_bytes"]) for r in read_table("debt_state", settings=settings).where(f"day = '{day}'").collect()}
-    daily = {r["topic"]: r for r in read_table("dispatch_daily", settings=settings).where(f"day = '{day}'").collect()}
+def assert_day_matches_reference(spark, all_series: list[Series], day: date, settings):
+    got = {(r["topic"], round(offset(r))): r for r in read_table("dispatch_periods", settings=settings, spark=spark).where(f"day = '{day}'").collect()}
+    state = {r["topic"]: (r["debt_msgs"], r["debt_bytes"]) for r in read_table("debt_state", settings=settings, spark=spark).where(f"day = '{day}'").collect()}
+    daily = {r["topic"]: r for r in read_table("dispatch_daily", settings=settings, spark=spark).where(f"day = '{day}'").collect()}
     lo = 86400 * (day - D1).days
     want_keys = set()
     for s in all_series:
@@ -226,27 +226,27 @@ def assert_day_matches_reference(all_series: list[Series], day: date, settings):
 def test_day_by_day_equals_one_run_and_rebuild_cascades(spark, settings):
     all_series = two_day_series()
     write_silver(spark, settings, all_series)
-    build_dispatch(D1, settings)
-    result = build_dispatch(D2, settings)
+    build_dispatch(spark, D1, settings)
+    result = build_dispatch(spark, D2, settings)
     # Day 2 built from day 1's stored closing debt = the reference run over both days at once.
-    assert_day_matches_reference(all_series, D2, settings)
-    assert_day_matches_reference(all_series, D1, settings)
+    assert_day_matches_reference(spark, all_series, D2, settings)
+    assert_day_matches_reference(spark, all_series, D1, settings)
     assert any("worst scopes" in line for line in result.lines)
     assert result.metrics["dispatch_scopes_over"] >= 1
 
     # Re-building day 1 with the same input changes nothing: no cascade.
-    again = build_dispatch(D1, settings)
+    again = build_dispatch(spark, D1, settings)
     assert not any("re-building" in line for line in again.lines)
 
     # Day 1 corrected late (more delivered just before midnight): day 2 is re-built from it.
     all_series[2].records[86400 - 2] = (90, 100, 90, 0)
     all_series[0].records[86400 - 2] = (70, 5000, 70, 0)
     write_silver(spark, settings, all_series, days=(D1,))
-    rebuilt = build_dispatch(D1, settings)
+    rebuilt = build_dispatch(spark, D1, settings)
     assert any(f"re-building {D2}" in line for line in rebuilt.lines)
     assert rebuilt.metrics["dispatch_days_rebuilt"] == 1
-    assert_day_matches_reference(all_series, D1, settings)
-    assert_day_matches_reference(all_series, D2, settings)
+    assert_day_matches_reference(spark, all_series, D1, settings)
+    assert_day_matches_reference(spark, all_series, D2, settings)
 
 
 def test_worst_scopes_ranks_by_periods_over(spark):

@@ -32,9 +32,9 @@ def doc_queries() -> list[tuple[str, str]]:
     return out
 
 
-def last_snapshots(day, settings):
+def last_snapshots(spark, day, settings):
     w = Window.partitionBy("cluster", "topic", "subscription").orderBy(F.desc("snapshot_at"))
-    return read_table("cursor_ranges", settings=settings).where(F.col("day") == day).withColumn("n", F.row_number().over(w)).where("n = 1")
+    return read_table("cursor_ranges", settings=settings, spark=spark).where(F.col("day") == day).withColumn("n", F.row_number().over(w)).where("n = 1")
 
 
 def keys(rows, *names):
@@ -47,16 +47,16 @@ def test_every_example_query_runs_on_a_demo_day(spark, settings):
     day = datetime.now(timezone.utc).date() - timedelta(days=1)
     run_stage("demo-data", day, settings, scale=0.01, seed=7)
     for stage, layer in DAILY_STEPS[:5]:  # land to build gold, each layer validated
-        run_stage(stage, day, settings, **({"layer": layer} if layer else {}))
+        run_stage(stage, day, settings, spark, **({"layer": layer} if layer else {}))
 
     queries = doc_queries()
     assert len(queries) >= 10 and len({h for h, _ in queries}) == len(queries) - 1
     answers: dict[str, list] = {}
     for heading, sql in queries:
-        columns, rows = run_sql(sql, settings=settings)  # as written, trailing semicolon included
+        columns, rows = run_sql(spark, sql, settings=settings)  # as written, trailing semicolon included
         assert columns, heading
         answers.setdefault(heading, rows)
-    on_day = lambda name: read_table(name, settings=settings).where(F.col("day") == day)  # noqa: E731
+    on_day = lambda name: read_table(name, settings=settings, spark=spark).where(F.col("day") == day)  # noqa: E731
 
     worst = answers["Worst over-delivery yesterday"]
     over = on_day("dispatch_daily").where("periods_over > 0")
@@ -76,7 +76,7 @@ def test_every_example_query_runs_on_a_demo_day(spark, settings):
     debts = answers["Scopes still in debt at the end of yesterday"]
     assert len(debts) == on_day("debt_state").where("debt_msgs > 0 OR debt_bytes > 0").count()
 
-    last = last_snapshots(day, settings)
+    last = last_snapshots(spark, day, settings)
     soon = answers["Subscriptions that will reach the cap within a day"]
     expected = last.where((F.col("ranges") < F.col("cap")) & (F.col("hours_to_cap") <= 24)).collect()
     assert soon and keys(soon, "topic", "subscription") == keys(expected, "topic", "subscription")
@@ -114,5 +114,5 @@ def test_every_example_query_runs_on_a_demo_day(spark, settings):
     quarantined = answers["What was quarantined yesterday, and why"]
     assert quarantined and sum(r["records"] for r in quarantined) == on_day("quarantine").count()
     # The second block of that section lists the records of one reason.
-    negative = run_sql(queries[-1][1], settings=settings)[1]
+    negative = run_sql(spark, queries[-1][1], settings=settings)[1]
     assert len(negative) == on_day("quarantine").where("reason = 'negative-counter'").count()

@@ -18,8 +18,8 @@ from brokerlens.platform.tables import read_table, table_schema, write_table
 DAY = date(2026, 11, 21)
 
 
-def rows_by_sub(table: str, day: date, settings) -> dict[str, dict]:
-    return {r["subscription"]: r.asDict() for r in read_table(table, settings=settings).filter(f"day = '{day}'").collect()}
+def rows_by_sub(spark, table: str, day: date, settings) -> dict[str, dict]:
+    return {r["subscription"]: r.asDict() for r in read_table(table, settings=settings, spark=spark).filter(f"day = '{day}'").collect()}
 
 
 @pytest.mark.slow
@@ -51,9 +51,9 @@ def test_ranges_seed_example_ledgers_empty_and_malformed(spark, settings):
     )
     write_table(other, "quarantine", mode="append", settings=settings)
 
-    build_holes(DAY, settings)
-    build_holes(DAY, settings)  # a re-run replaces, never duplicates
-    got = rows_by_sub("cursor_ranges", DAY, settings)
+    build_holes(spark, DAY, settings)
+    build_holes(spark, DAY, settings)  # a re-run replaces, never duplicates
+    got = rows_by_sub(spark, "cursor_ranges", DAY, settings)
     assert len(got) == len(rows)
 
     s = got["seed"]
@@ -82,7 +82,7 @@ def test_ranges_seed_example_ledgers_empty_and_malformed(spark, settings):
         assert (r["ranges"], r["ranges_source"]) == (41, "totalNonContiguousDeletedMessagesRange"), name
         assert r["acked_entries"] is None and r["ranges_per_ledger"] is None
 
-    quarantine = read_table("quarantine", settings=settings).filter(f"day = '{DAY}' AND stage = 'build'").collect()
+    quarantine = read_table("quarantine", settings=settings, spark=spark).filter(f"day = '{DAY}' AND stage = 'build'").collect()
     mine = [r for r in quarantine if r["kind"] == "cursor_ranges"]
     assert sorted(r["raw"] for r in mine) == sorted(malformed.values())
     assert {r["reason"] for r in mine} == {"malformed-ranges"}
@@ -153,8 +153,8 @@ def test_over_cap_exposure_exact_with_cap_from_default_policy_and_override(spark
     write_table(spark.createDataFrame([tuple(r[c] for c in p.column_names) for r in policies], p.struct), "bronze_policies", mode="append", settings=settings)
     custom = settings.model_copy(update={"alerts": AlertSettings(overrides=[AlertOverride(namespace="t/special", cap=4)])})
 
-    build_holes(DAY, custom)
-    got = rows_by_sub("cursor_ranges", DAY, settings)
+    build_holes(spark, DAY, custom)
+    got = rows_by_sub(spark, "cursor_ranges", DAY, settings)
 
     b = got["big"]
     assert (b["ranges"], b["cap"], b["over_cap"]) == (10_012, 10_000, 12)
@@ -174,7 +174,7 @@ def test_over_cap_exposure_exact_with_cap_from_default_policy_and_override(spark
     u = got["unknown-ledger"]
     assert (u["ranges"], u["ranges_malformed"], u["acked_entries"]) == (2, False, None)
 
-    alerts = rows_by_sub("hole_alerts", DAY, settings)
+    alerts = rows_by_sub(spark, "hole_alerts", DAY, settings)
     assert alerts["big"]["severity"] == "critical" and alerts["big"]["exposure_entries"] == b["exposure_entries"]
     assert "12 ranges over the cap" in alerts["big"]["reason"]
     assert f"{b['exposure_entries']:,} acknowledged entries" in alerts["big"]["reason"]
@@ -193,9 +193,9 @@ def test_growth_forecast_severities_hints_and_states_across_days(spark, settings
             snap(at(d1, h), None, sub="calm", reported=100, source="topic-stats"),
         ]
     write_snapshots(spark, day1, d1, settings)
-    build_holes(d1, settings)
+    build_holes(spark, d1, settings)
 
-    r1 = {(r["subscription"], r["snapshot_at"]): r for r in read_table("cursor_ranges", settings=settings).collect()}
+    r1 = {(r["subscription"], r["snapshot_at"]): r for r in read_table("cursor_ranges", settings=settings, spark=spark).collect()}
     fc_last = r1[("fc", at(d1, 23))]
     points = [(h, 1_000 * (i + 1)) for i, h in enumerate(hours)]  # all within the 6 h window
     slope = statistics.linear_regression([x for x, _ in points], [y for _, y in points]).slope
@@ -206,7 +206,7 @@ def test_growth_forecast_severities_hints_and_states_across_days(spark, settings
     assert r1[("fc", at(d1, 19))]["growth_per_hour"] is None  # 2 snapshots < growth_min_snapshots
     assert r1[("calm", at(d1, 23))]["hours_to_cap"] is None
 
-    a1 = rows_by_sub("hole_alerts", d1, settings)
+    a1 = rows_by_sub(spark, "hole_alerts", d1, settings)
     assert set(a1) == {"crit", "warn", "fc"}
     assert {k: (v["severity"], v["state"], v["hint_scenario"]) for k, v in a1.items()} == {
         "crit": ("critical", "new", "key-shared"),
@@ -227,16 +227,16 @@ def test_growth_forecast_severities_hints_and_states_across_days(spark, settings
             snap(at(d2, h), None, sub="calm", reported=9_000, source="topic-stats", sub_type="Failover"),
         ]
     write_snapshots(spark, day2, d2, settings)
-    build_holes(d2, settings)
-    build_holes(d2, settings)
+    build_holes(spark, d2, settings)
+    build_holes(spark, d2, settings)
 
     # The first snapshot of day 2 fits its trend on day 1's last 6 hours too.
-    first = read_table("cursor_ranges", settings=settings).filter(f"day = '{d2}' AND subscription = 'fc' AND hour(snapshot_at) = 0").first()
+    first = read_table("cursor_ranges", settings=settings, spark=spark).filter(f"day = '{d2}' AND subscription = 'fc' AND hour(snapshot_at) = 0").first()
     window = [(h - 24, y) for h, y in points if h - 24 >= -6] + [(0, 500)]
     assert first["growth_snapshots"] == len(window)
     assert first["growth_per_hour"] == pytest.approx(statistics.linear_regression([x for x, _ in window], [y for _, y in window]).slope)
 
-    a2 = rows_by_sub("hole_alerts", d2, settings)
+    a2 = rows_by_sub(spark, "hole_alerts", d2, settings)
     assert {k: (v["severity"], v["previous_severity"], v["state"], v["first_seen"]) for k, v in a2.items()} == {
         "crit": ("critical", "critical", "ongoing", d1),
         "warn": ("critical", "warning", "escalated", d1),

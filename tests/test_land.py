@@ -74,21 +74,21 @@ def test_land_fixture_day(spark, every_metric_family, settings):
     ungrouped_before = set(sc.statusTracker().getJobIdsForGroup())
     sc.setJobGroup("land-under-test", "land")
     try:
-        landed = land_day(DAY, settings)
+        landed = land_day(spark, DAY, settings)
     finally:
         sc.setLocalProperty("spark.jobGroup.id", None)
     check_every_job_is_in_the_callers_group(sc, ungrouped_before)
-    check_quarantine_reasons_for_every_bad_record(landed, settings)
-    check_dispatch_rows_keep_real_line_numbers(settings)
-    check_stats_rows_per_partition_and_subscription(settings)
-    check_internal_stats_seed_004_cursor(settings)
-    check_policies_producers_and_metrics(settings)
-    check_landing_twice_gives_identical_tables(settings)
+    check_quarantine_reasons_for_every_bad_record(spark, landed, settings)
+    check_dispatch_rows_keep_real_line_numbers(spark, settings)
+    check_stats_rows_per_partition_and_subscription(spark, settings)
+    check_internal_stats_seed_004_cursor(spark, settings)
+    check_policies_producers_and_metrics(spark, settings)
+    check_landing_twice_gives_identical_tables(spark, settings)
 
 
-def check_quarantine_reasons_for_every_bad_record(landed, settings):
+def check_quarantine_reasons_for_every_bad_record(spark, landed, settings):
     got: dict = {}
-    for r in read_table("quarantine", settings=settings).collect():
+    for r in read_table("quarantine", settings=settings, spark=spark).collect():
         assert (r["day"], r["stage"]) == (DAY, "land")
         key = (r["kind"], r["source_file"].removeprefix("2026-11-21/"), r["line"])
         got.setdefault(key, []).append(r["reason"])
@@ -100,9 +100,9 @@ def check_quarantine_reasons_for_every_bad_record(landed, settings):
     assert "quarantined topic-stats: unreadable-file 1" in landed.lines
 
 
-def check_dispatch_rows_keep_real_line_numbers(settings):
+def check_dispatch_rows_keep_real_line_numbers(spark, settings):
     lines = (FIXTURES / "2026-11-21/dispatch/broker-1.jsonl").read_text().splitlines()
-    got = rows(read_table("bronze_dispatch", settings=settings), "source_file", "line")
+    got = rows(read_table("bronze_dispatch", settings=settings, spark=spark), "source_file", "line")
     assert [(r["source_file"], r["line"]) for r in got] == [("2026-11-21/dispatch/broker-1.jsonl", i + 1) for i in range(len(lines))]
     for r, text in zip(got, lines):
         record = json.loads(text)
@@ -116,8 +116,8 @@ def check_dispatch_rows_keep_real_line_numbers(settings):
         assert r["topic"] == record.get("topic") and r["subscription"] == record.get("subscription")
 
 
-def check_stats_rows_per_partition_and_subscription(settings):
-    stats = rows(read_table("bronze_topic_stats", settings=settings), "topic", "collected_at", "subscription")
+def check_stats_rows_per_partition_and_subscription(spark, settings):
+    stats = rows(read_table("bronze_topic_stats", settings=settings, spark=spark), "topic", "collected_at", "subscription")
     orders = [r for r in stats if r["partitioned_topic"] == "persistent://acme/ns1/orders"]
     # Three partitioned snapshots of two partitions with one subscription each.
     assert len(orders) == 6
@@ -142,8 +142,12 @@ def check_stats_rows_per_partition_and_subscription(settings):
     assert len(idle) == 1 and idle[0]["subscription"] is None
 
 
-def check_internal_stats_seed_004_cursor(settings):
-    cursor = [r for r in rows(read_table("bronze_internal_stats", settings=settings), "topic") if r["topic"] == "persistent://acme/ns1/orders-partition-0"]
+def check_internal_stats_seed_004_cursor(spark, settings):
+    cursor = [
+        r
+        for r in rows(read_table("bronze_internal_stats", settings=settings, spark=spark), "topic")
+        if r["topic"] == "persistent://acme/ns1/orders-partition-0"
+    ]
     assert len(cursor) == 1
     c = cursor[0]
     assert (c["cursor"], c["mark_delete_position"], c["individually_deleted_messages"]) == ("s1", "1:2", "[(1:4..1:6], (1:7..1:8]]")
@@ -151,17 +155,17 @@ def check_internal_stats_seed_004_cursor(settings):
     assert c["ledger_entries"] == {1: 10, 2: 0} and c["current_ledger_id"] == 2 and c["current_ledger_entries"] == 7
 
 
-def check_policies_producers_and_metrics(settings):
-    policies = {r["line"]: r for r in rows(read_table("bronze_policies", settings=settings), "line")}
+def check_policies_producers_and_metrics(spark, settings):
+    policies = {r["line"]: r for r in rows(read_table("bronze_policies", settings=settings, spark=spark), "line")}
     assert set(policies) == {1, 2, 3, 4}
     assert policies[2]["dispatch_throttling_rate_in_msg"] == 5 and policies[2]["rate_period_in_second"] == 2
     assert policies[3]["removed"] and policies[3]["namespace"] == "acme/ns1"
     assert policies[4]["broker_config"] == {"dispatchThrottlingRatePerSubscriptionInMsg": "40", "dispatchThrottlingOnBatchMessageEnabled": "true"}
-    producers = rows(read_table("bronze_producer_stats", settings=settings), "line")
+    producers = rows(read_table("bronze_producer_stats", settings=settings, spark=spark), "line")
     assert [p["num_msgs_sent"] for p in producers] == [12000, 11000]
     assert producers[0]["partition_send_msgs_rate"] == {"persistent://acme/ns1/orders-partition-0": 120.0, "persistent://acme/ns1/orders-partition-1": 80.0}
     assert producers[0]["config"]["compressionType"] == "LZ4"
-    metrics = {r["line"]: r for r in rows(read_table("bronze_metrics", settings=settings), "line")}
+    metrics = {r["line"]: r for r in rows(read_table("bronze_metrics", settings=settings, spark=spark), "line")}
     assert set(metrics) == {4, 5, 7, 9, 10, 11}
     assert metrics[4]["metric_type"] == "counter" and metrics[4]["value"] == 1000.0
     assert metrics[4]["sample_timestamp"].isoformat().startswith("2026-11-21T10:00:00")
@@ -170,10 +174,10 @@ def check_policies_producers_and_metrics(settings):
     assert metrics[7]["labels"]["subscription"] == "s1"
 
 
-def check_landing_twice_gives_identical_tables(settings):
-    before = {t: rows(read_table(t, settings=settings), *read_table(t, settings=settings).columns) for t in [*BRONZE, "quarantine"]}
-    land_day(DAY, settings)
-    after = {t: rows(read_table(t, settings=settings), *read_table(t, settings=settings).columns) for t in [*BRONZE, "quarantine"]}
+def check_landing_twice_gives_identical_tables(spark, settings):
+    before = {t: rows(read_table(t, settings=settings, spark=spark), *read_table(t, settings=settings, spark=spark).columns) for t in [*BRONZE, "quarantine"]}
+    land_day(spark, DAY, settings)
+    after = {t: rows(read_table(t, settings=settings, spark=spark), *read_table(t, settings=settings, spark=spark).columns) for t in [*BRONZE, "quarantine"]}
     assert before == after
 
 
@@ -187,7 +191,7 @@ def test_line_numbers_across_file_blocks(spark, settings):
     (folder / "big.jsonl").write_text("\n".join(lines) + "\n")
     spark.conf.set("spark.sql.files.maxPartitionBytes", "16384")
     try:
-        good, bad, parsed = land_kind(dispatch, DAY, settings)
+        good, bad, parsed = land_kind(spark, dispatch, DAY, settings)
         assert [(r["line"], r["reason"]) for r in bad.collect()] == [(1500, "malformed-json")]
         got = good.select("line", "msgs").collect()
         parsed.unpersist()
@@ -209,7 +213,7 @@ def test_every_table_is_read_or_says_why_it_is_kept():
     unread = [
         name
         for name, schema in table_schemas().items()
-        if not re.search(r'(read_table|bronze|day_rows)\(\s*"%s"' % name, source) and "Kept for" not in schema.description
+        if not re.search(r'(read_table|bronze|day_rows)\((spark,\s*)?"%s"' % name, source) and "Kept for" not in schema.description
     ]
     assert unread == []
 
@@ -222,7 +226,7 @@ def test_metrics_land_the_analytics_families_and_count_the_rest(spark, settings)
     files = survey_day(DAY, settings)["metrics"]
 
     def landed(land: LandSettings) -> tuple[dict, dict, int]:
-        good, bad, parsed = land_kind(metrics, DAY, settings.model_copy(update={"land": land}), files)
+        good, bad, parsed = land_kind(spark, metrics, DAY, settings.model_copy(update={"land": land}), files)
         try:
             rows = {(r["source_file"].removeprefix("2026-11-21/metrics/"), r["line"]): r["metric"] for r in good.collect()}
             reasons = {(r["source_file"].removeprefix("2026-11-21/metrics/"), r["line"]): r["reason"] for r in bad.collect()}

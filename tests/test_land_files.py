@@ -42,10 +42,10 @@ def compress(path: Path, codec: str) -> Path:
     return target
 
 
-def landed(parser, settings) -> tuple[list, list]:
+def landed(spark, parser, settings) -> tuple[list, list]:
     """(bronze rows, quarantine rows) of one kind, with the codec's extension taken out of the
     file names (the only difference a compressed twin may make), in a stable order."""
-    good, bad, parsed = land_kind(parser, DAY, settings)
+    good, bad, parsed = land_kind(spark, parser, DAY, settings)
 
     def plain(df):
         out = []
@@ -67,11 +67,11 @@ def landed(parser, settings) -> tuple[list, list]:
 def test_compressed_files_land_like_their_plain_twins(spark, every_metric_family, settings):
     install_fixtures(settings, "2026-11-21")
     parsers = (topic_stats, dispatch, metrics)  # whole-file JSON, JSON lines, Prometheus text
-    plain = {p.KIND: landed(p, settings) for p in parsers}
+    plain = {p.KIND: landed(spark, p, settings) for p in parsers}
     files = sorted(p for p in (settings.landing / "2026-11-21").glob("*/*") if p.parent.name in plain)
     for i, path in enumerate(files):
         compress(path, (".gz", ".bz2")[i % 2])
-    twins = {p.KIND: landed(p, settings) for p in parsers}
+    twins = {p.KIND: landed(spark, p, settings) for p in parsers}
     # The same rows, good and quarantined (the binary file is quarantined as such in both).
     for kind in plain:
         assert twins[kind] == plain[kind], kind
@@ -123,14 +123,14 @@ def test_every_file_of_the_day_is_landed_or_quarantined_and_the_summary_says_so(
     expected = why_folder(settings)
     day = settings.landing / "2026-11-21"
     every_file = {p.relative_to(day).as_posix() for p in day.rglob("*") if not p.is_dir() or p.is_symlink()}
-    result = land_day(DAY, settings)
+    result = land_day(spark, DAY, settings)
 
     quarantined: dict[str, set] = {}
-    for r in read_table("quarantine", settings=settings).collect():
+    for r in read_table("quarantine", settings=settings, spark=spark).collect():
         quarantined.setdefault(r["source_file"].removeprefix("2026-11-21/"), set()).add(r["reason"])
     bronze = set()
     for table in ("bronze_topic_stats", "bronze_internal_stats", "bronze_dispatch", "bronze_producer_stats", "bronze_policies", "bronze_metrics"):
-        bronze |= {r[0].removeprefix("2026-11-21/") for r in read_table(table, settings=settings).select("source_file").distinct().collect()}
+        bronze |= {r[0].removeprefix("2026-11-21/") for r in read_table(table, settings=settings, spark=spark).select("source_file").distinct().collect()}
     assert every_file - bronze - set(quarantined) == set()
     for name, reason in expected.items():
         if reason is None:
@@ -139,7 +139,7 @@ def test_every_file_of_the_day_is_landed_or_quarantined_and_the_summary_says_so(
             assert quarantined.get(name) == {reason} and name not in bronze, name  # a link out is not followed
 
     lines = result.lines
-    stats_rows, dispatch_rows = (read_table(t, settings=settings).count() for t in ("bronze_topic_stats", "bronze_dispatch"))
+    stats_rows, dispatch_rows = (read_table(t, settings=settings, spark=spark).count() for t in ("bronze_topic_stats", "bronze_dispatch"))
     # 12 fixture files (binary.json unread, 8 bad records) + compressed.json.gz, empty.json, notes.txt.
     assert f"topic-stats: 15 files seen, 12 read, {stats_rows} rows, 10 quarantined" in lines, lines
     assert "unknown-kind: 1 files seen, 0 read, 0 rows, 1 quarantined" in lines

@@ -68,7 +68,7 @@ def test_values_of_another_json_type(spark, settings):
     ]
     (folder / "internal-stats/types.json").write_text(json.dumps(internal))
 
-    rows, problems = landed(topic_stats, settings)
+    rows, problems = landed(spark, topic_stats, settings)
     assert problems == {
         ("persistent://t/n/b: msgInCounter should be bigint, got 1.5", "wrong-type"),
         ("persistent://t/n/d: msgRateIn should be double, got abc", "wrong-type"),
@@ -103,7 +103,7 @@ def test_values_of_another_json_type(spark, settings):
     assert part["subscription_json"] == '{"msgOutCounter":5,"type":"Shared","consumers":[{"a":1}],"msgRateOut":1.5}'
     assert len(rows) == 6  # a, c, e, g, s and p-partition-0
 
-    cursors, problems = landed(internal_stats, settings)
+    cursors, problems = landed(spark, internal_stats, settings)
     assert problems == {
         ("persistent://t/n/ib cursor c: markDeletePosition should be ledgerId:entryId, got bad", "wrong-type"),
         ("persistent://t/n/ib cursor e: not valid JSON", "malformed-json"),
@@ -115,9 +115,9 @@ def test_values_of_another_json_type(spark, settings):
     assert cursors["non-persistent://t/n/id", "c"]["mark_delete_position"] is None
 
 
-def landed(parser, settings) -> tuple[dict, set]:
+def landed(spark, parser, settings) -> tuple[dict, set]:
     """(bronze rows by (topic, child), {(detail, reason)} of the quarantine) of one kind."""
-    good, bad, parsed = land_kind(parser, DAY, settings)
+    good, bad, parsed = land_kind(spark, parser, DAY, settings)
     try:
         child = "subscription" if parser is topic_stats else "cursor"
         rows = {(r["topic"], r[child]): r.asDict() for r in good.collect()}

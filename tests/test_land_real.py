@@ -63,22 +63,22 @@ def install(settings) -> Path:
 @pytest.mark.slow
 def test_real_outputs_land(spark, every_metric_family, settings):
     install(settings)
-    landed = land_day(DAY, settings)
+    landed = land_day(spark, DAY, settings)
 
     # Only the one deliberately bad record (a policy text line that is no config) is quarantined.
-    quarantine = rows(read_table("quarantine", settings=settings), "source_file", "line")
+    quarantine = rows(read_table("quarantine", settings=settings, spark=spark), "source_file", "line")
     assert [(q["source_file"], q["line"], q["reason"]) for q in quarantine] == [("2020-03-09/policies/variants.jsonl", 5, "wrong-type")]
     assert "not a config line" in quarantine[0]["detail"]
     assert landed.metrics["quarantined"] == 1
 
     check_internal_stats(spark, settings)
-    check_topic_stats(settings)
-    check_metrics(settings)
-    check_policies(settings)
+    check_topic_stats(spark, settings)
+    check_metrics(spark, settings)
+    check_policies(spark, settings)
 
 
 def check_internal_stats(spark, settings):
-    cursors = {(r["topic"], r["cursor"]): r for r in read_table("bronze_internal_stats", settings=settings).collect()}
+    cursors = {(r["topic"], r["cursor"]): r for r in read_table("bronze_internal_stats", settings=settings, spark=spark).collect()}
     old = cursors[("persistent://test-tenant/ns1/tp1", "my-subscription")]
     assert (old["mark_delete_position"], old["read_position"], old["messages_consumed_counter"]) == ("324711539:3133", "324711539:3233", 20449501)
     # Pulsar 4.1 after a seek: entry -1 and a negative consumed counter are real values.
@@ -101,8 +101,8 @@ def check_internal_stats(spark, settings):
     assert (stats["ranges_parsed"], stats["bad_ranges"], stats["acked_entries"]) == (2, 0, 5)
 
 
-def check_topic_stats(settings):
-    subs = {(r["topic"], r["subscription"]): r for r in read_table("bronze_topic_stats", settings=settings).collect()}
+def check_topic_stats(spark, settings):
+    subs = {(r["topic"], r["subscription"]): r for r in read_table("bronze_topic_stats", settings=settings, spark=spark).collect()}
     doc = subs[("persistent://my-tenant/my-namespace/my-topic", "my-topic_subscription")]
     assert (doc["msg_backlog"], doc["subscription_type"], doc["publishers"], doc["consumers"]) == (116632, None, 1, 0)
     v27 = subs[("persistent://public/default/test", "pulsar-elasticsearch-sync-rs")]
@@ -121,8 +121,8 @@ def check_topic_stats(settings):
     assert parted["msg_rate_out"] == 1.0e-4 and parted["subscription_type"] == "Key_Shared" and parted["consumers"] == 1
 
 
-def check_metrics(settings):
-    metrics = read_table("bronze_metrics", settings=settings)
+def check_metrics(spark, settings):
+    metrics = read_table("bronze_metrics", settings=settings, spark=spark)
     assert metrics.select("cluster").distinct().collect()[0]["cluster"] == "standalone"
     by_file = {r["source_file"]: r["n"] for r in metrics.groupBy("source_file").agg(F.count("*").alias("n")).collect()}
     # Every sample line of each dump landed (the files' non-comment lines, counted here).
@@ -148,8 +148,8 @@ def check_metrics(settings):
     assert nan["value"] != nan["value"]  # NaN
 
 
-def check_policies(settings):
-    policies = {r["line"]: r for r in read_table("bronze_policies", settings=settings).collect()}
+def check_policies(spark, settings):
+    policies = {r["line"]: r for r in read_table("bronze_policies", settings=settings, spark=spark).collect()}
     assert set(policies) == {1, 2, 3, 4}
     # Pulsar 1.x DispatchRate names; effective_at with an offset (10:00+01:00 = 09:00Z).
     assert (policies[1]["dispatch_throttling_rate_in_msg"], policies[1]["dispatch_throttling_rate_in_byte"]) == (1000, 1048576)

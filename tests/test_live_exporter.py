@@ -117,11 +117,13 @@ def day(pulsar_brokers, spark, tmp_path_factory):
     traffic = time.monotonic() - started
     stats = {name: broker.stats(t)["subscriptions"][SUB] for name, (t, _) in run["seen"].items()}
     today = datetime.now(timezone.utc).date()
-    landed = run_stage("land", today, settings)
-    run_stage("build", today, settings)
-    periods = read_table("dispatch_periods", settings=settings).where(f"day = '{today}'").selectExpr("*", "unix_timestamp(period_start) AS t").collect()
-    daily = read_table("dispatch_daily", settings=settings).where(f"day = '{today}'").collect()
-    quarantined = read_table("quarantine", settings=settings).collect()
+    landed = run_stage("land", today, settings, spark)
+    run_stage("build", today, settings, spark)
+    periods = (
+        read_table("dispatch_periods", settings=settings, spark=spark).where(f"day = '{today}'").selectExpr("*", "unix_timestamp(period_start) AS t").collect()
+    )
+    daily = read_table("dispatch_daily", settings=settings, spark=spark).where(f"day = '{today}'").collect()
+    quarantined = read_table("quarantine", settings=settings, spark=spark).collect()
     files = sorted(p.name for p in settings.landing.glob("*/dispatch/*.jsonl"))
     print(f"traffic {traffic:.0f}s, land+build {time.monotonic() - started - traffic:.0f}s, {len(files)} exporter files")
     return {**run, "stats": stats, "periods": periods, "daily": daily, "quarantined": quarantined, "files": files,

@@ -108,13 +108,13 @@ def live_holes(pulsar_brokers, spark, tmp_path_factory):
         settings = reload_settings()
         results = at_once(BROKERS, lambda name: reload_experiment(holes_broker(pulsar_brokers, name), settings, name))
         day = datetime.now(timezone.utc).date()
-        landed = run_stage("land", day, settings)
-        build_silver(day, settings)
-        build_holes(day, settings)
-        ranges = read_table("cursor_ranges", settings=settings).where(f"day = '{day}'")
+        landed = run_stage("land", day, settings, spark)
+        build_silver(spark, day, settings)
+        build_holes(spark, day, settings)
+        ranges = read_table("cursor_ranges", settings=settings, spark=spark).where(f"day = '{day}'")
         first = ranges.groupBy("topic").agg(F.min("snapshot_at").alias("at"))
         rows = {r["topic"]: r.asDict() for r in ranges.join(first, "topic").where("snapshot_at = at").collect()}
-        reloads = [r.asDict() for r in read_table("reload_events", settings=settings).where(f"day = '{day}'").collect()]
+        reloads = [r.asDict() for r in read_table("reload_events", settings=settings, spark=spark).where(f"day = '{day}'").collect()]
     reload_settings()
     for cases in results.values():
         for r in cases.values():
@@ -198,12 +198,12 @@ def _long_array_lost(acked: set[tuple[int, int]]) -> int:
     return sum(n for i, n in enumerate(per_ledger) if sum(per_ledger[:i]) > CAP)
 
 
-def test_alert_mail_says_what_each_reload_lost(live_holes, smtp_server, monkeypatch):
+def test_alert_mail_says_what_each_reload_lost(live_holes, smtp_server, monkeypatch, spark):
     """The alert mail of the live day has a line for each reload that lost acknowledgements."""
     controller, inbox = smtp_server
     monkeypatch.setenv("BROKERLENS_HOME", live_holes[2])
     configure(monkeypatch, controller.port)
-    run_stage("alert", live_holes[3], get_settings())
+    run_stage("alert", live_holes[3], get_settings(), spark)
     texts = [parts(message)[0] for _, message in inbox.messages]
     lost = [r for cases in live_holes[0].values() for r in cases.values() if r["acked_again"] > 0]
     assert len(lost) == 2 * len(BROKERS) - len(NO_CRASH)  # unload and crash above the cap, on every broker

@@ -126,11 +126,11 @@ def day(pulsar_brokers, spark, tmp_path_factory):
 
     runs = at_once(CONFIGS, run)
     today = datetime.now(timezone.utc).date()
-    run_stage("land", today, settings)
-    run_stage("build", today, settings)
-    periods = read_table("dispatch_periods", settings=settings).where(f"day = '{today}'").collect()
-    daily = read_table("dispatch_daily", settings=settings).where(f"day = '{today}'").collect()
-    quarantined = read_table("quarantine", settings=settings).count()
+    run_stage("land", today, settings, spark)
+    run_stage("build", today, settings, spark)
+    periods = read_table("dispatch_periods", settings=settings, spark=spark).where(f"day = '{today}'").collect()
+    daily = read_table("dispatch_daily", settings=settings, spark=spark).where(f"day = '{today}'").collect()
+    quarantined = read_table("quarantine", settings=settings, spark=spark).count()
     return {"runs": runs, "periods": periods, "daily": daily, "quarantined": quarantined}
 
 

@@ -103,8 +103,8 @@ def test_ranges_and_long_array_modes_exposure_size_and_metadata_store(spark, set
         settings,
     )
 
-    build_holes(DAY, settings)
-    got = {r["subscription"]: r.asDict() for r in read_table("cursor_ranges", settings=settings).filter(f"day = '{DAY}'").collect()}
+    build_holes(spark, DAY, settings)
+    got = {r["subscription"]: r.asDict() for r in read_table("cursor_ranges", settings=settings, spark=spark).filter(f"day = '{DAY}'").collect()}
     pick = lambda sub, *cols: tuple(got[sub][c] for c in cols)  # noqa: E731
     mode = ("persist_mode", "persist_mode_source", "persisted_as")
 
@@ -172,7 +172,7 @@ def test_ranges_and_long_array_modes_exposure_size_and_metadata_store(spark, set
     assert pick("span-31m", "unload_exposure_entries") == (1,)
 
     # The alert says the mode: a critical alert under the cap because long-array leaves entries out.
-    alerts = {r["subscription"]: r.asDict() for r in read_table("hole_alerts", settings=settings).filter(f"day = '{DAY}'").collect()}
+    alerts = {r["subscription"]: r.asDict() for r in read_table("hole_alerts", settings=settings, spark=spark).filter(f"day = '{DAY}'").collect()}
     a = alerts["long-few-ranges"]
     assert (a["severity"], a["persist_mode"], a["persisted_as"], a["exposure_entries"]) == ("critical", "long-array", "long-array", 5)
     assert a["reason"].startswith(
@@ -183,8 +183,8 @@ def test_ranges_and_long_array_modes_exposure_size_and_metadata_store(spark, set
     assert "config-beats-version" not in alerts and "span-30m" not in alerts
 
     # The settings override wins over config and version.
-    snapshots = read_table("cursor_snapshots", settings=settings).filter(f"day = '{DAY}'")
-    policies = read_table("bronze_policies", settings=settings).where(f"day <= '{DAY}'")  # as build_holes reads them
-    forced = cursor_ranges_frame(snapshots, policies, version_metrics(DAY, settings), DAY, AlertSettings(persist_mode="ranges"))[0]
+    snapshots = read_table("cursor_snapshots", settings=settings, spark=spark).filter(f"day = '{DAY}'")
+    policies = read_table("bronze_policies", settings=settings, spark=spark).where(f"day <= '{DAY}'")  # as build_holes reads them
+    forced = cursor_ranges_frame(snapshots, policies, version_metrics(spark, DAY, settings), DAY, AlertSettings(persist_mode="ranges"))[0]
     f = {r["subscription"]: r for r in forced.collect()}["long-two-ledgers"]
     assert (f["persist_mode"], f["persist_mode_source"], f["persisted_as"], f["exposure_entries"]) == ("ranges", "settings", "ranges", 1_999)

@@ -8,6 +8,8 @@ import ast
 from datetime import date
 from pathlib import Path
 
+import pytest
+
 from brokerlens import pipeline
 from brokerlens.settings import Settings
 
@@ -61,3 +63,15 @@ def test_each_step_owns_its_settings_section():
         "report": "brokerlens.deliver.settings",
     }
     assert set(Settings.model_fields) == platform | set(owners)
+
+
+def test_a_stage_on_spark_is_given_its_session_and_the_others_none(tmp_path):
+    """The caller gives a stage of ON_SPARK its session; one that starts no JVM gets none."""
+    given = Settings(home=tmp_path)
+    day = date(2026, 11, 21)
+    assert pipeline.ON_SPARK == {"land", "validate", "build", "alert", "report"} == set(pipeline.STAGES) - {"demo-data", "collect"}
+    with pytest.raises(ValueError, match="land runs on Spark: give it the session"):
+        pipeline.run_stage("land", day, given)
+    with pytest.raises(ValueError, match="demo-data does not run on Spark"):
+        pipeline.run_stage("demo-data", day, given, object(), scale=0.01)
+    assert not given.landing.exists()

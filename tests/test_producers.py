@@ -259,17 +259,17 @@ def test_build_producers_writes_the_tables(spark, settings):
     write_table(frame(spark, "bronze_topic_stats", stats), "bronze_topic_stats", mode="replace", partitions=[{"day": DAY}], settings=settings)
 
     for _ in range(2):  # a re-run replaces the day
-        result = build_producers(DAY, settings)
-    lint = read_table("producer_lint", settings=settings).collect()
+        result = build_producers(spark, DAY, settings)
+    lint = read_table("producer_lint", settings=settings, spark=spark).collect()
     assert result.metrics["producer_lint_rows"] == 1
     assert [(r.producer_name, r.rule) for r in lint] == [("bad", "batch-never-fills-by-count")]
-    health = {r.producer_name: r for r in read_table("producer_health", settings=settings).collect()}
+    health = {r.producer_name: r for r in read_table("producer_health", settings=settings, spark=spark).collect()}
     assert health["bad"].lint_findings == 1 and health["app-1"].lint_findings == 0
     # Per collection: partitions summed (10 + 20, then 11 + 21); averaged over the day.
     assert health["app-1"].broker_msg_rate_in == ((10 + 20) + (11 + 21)) / 2
     assert health["app-1"].broker_average_msg_size == 500.0
 
-    conf = read_table("publish_rate_conformance", settings=settings).where("producer_name = 'app-1'").collect()
+    conf = read_table("publish_rate_conformance", settings=settings, spark=spark).where("producer_name = 'app-1'").collect()
     msgs = sorted((r for r in conf if r.dimension == "msgs"), key=lambda r: r.interval_start)
     # "100,10s": r = 10/s, b = 100; 60-second intervals from a full bucket.
     assert [(r.rate, r.burst, r.peak_allowed, r.limit_source) for r in msgs[:1]] == [(10.0, 100.0, 110.0, "settings")]

@@ -26,7 +26,7 @@ from report_data import (
 
 @pytest.mark.slow
 def test_report_numbers_sections_and_charts(spark, settings, seeded_day, tmp_path):
-    result = report_day(DAY, settings)
+    result = report_day(spark, DAY, settings)
     path = report_path(DAY, settings)
     assert path == settings.reports / "2026-11-21" / "brokerlens-2026-11-21.html"
     assert f"report: {path}" in result.lines

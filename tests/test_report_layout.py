@@ -104,9 +104,9 @@ def test_report_and_alert_mail_fit_desktop_and_phone(spark, settings, seeded_day
     from brokerlens.deliver.report.links import report_url, subscription_anchor
     from brokerlens.platform.tables import read_table
 
-    report_day(DAY, settings)
+    report_day(spark, DAY, settings)
     report = report_path(DAY, settings)
-    alerts = [r.asDict() for r in read_table("hole_alerts", settings=settings).orderBy("subscription").collect()]
+    alerts = [r.asDict() for r in read_table("hole_alerts", settings=settings, spark=spark).orderBy("subscription").collect()]
     _, text, html = render(DAY, settings.alerts.default_group, alerts, settings)
     mail = tmp_path / "hole-alerts-mail.html"
     mail.write_text(html)
@@ -163,7 +163,7 @@ def test_scrape_grain_scopes_are_called_a_lower_bound(spark, settings):
     row = dict(period(S1, T0 + timedelta(hours=10), 900, 600, 0), interval_seconds=60.0, grain="scrape", rate_period_seconds=1, source="metrics-counters")
     put(spark, "dispatch_periods", [row], settings)
     put(spark, "dispatch_daily", [dict(daily(S1, [row]), grain="scrape")], settings)
-    section = dispatch_section(DAY, settings, [])
+    section = dispatch_section(spark, DAY, settings, [])
     caption = section.tables[0].caption
     assert section.tables[0].rows[0][3] == "300"
     assert "From scrape-grain counters" in caption and "billing" in caption and "lower bound" in caption

@@ -42,11 +42,11 @@ def expected_counter_deltas(topic: str) -> list[tuple[datetime, int, bool]]:
 @pytest.mark.slow
 def test_silver_tables(spark, settings):
     install_fixtures(settings, "2026-11-20", "2026-11-21")
-    land_day(date(2026, 11, 20), settings)
-    land_day(DAY, settings)
-    build_silver(DAY, settings)
+    land_day(spark, date(2026, 11, 20), settings)
+    land_day(spark, DAY, settings)
+    build_silver(spark, DAY, settings)
 
-    intervals = rows(read_table("dispatch_intervals", settings=settings), "level", "topic", "subscription", "interval_start")
+    intervals = rows(read_table("dispatch_intervals", settings=settings, spark=spark), "level", "topic", "subscription", "interval_start")
     # Partition 0 has dispatch records: period grain only, exactly the landed records.
     dispatched = [json.loads(x) for x in (FIXTURES / "2026-11-21/dispatch/broker-1.jsonl").read_text().splitlines()]
     p0_subs = [r for r in intervals if r["topic"] == P0 and r["level"] == "subscription"]
@@ -61,7 +61,7 @@ def test_silver_tables(spark, settings):
     brokers = [r for r in intervals if r["level"] == "broker"]
     assert [(r["msgs"], r["topic"]) for r in brokers] == [(d["msgs"], None) for d in dispatched if d["level"] == "broker"]
 
-    cursors = rows(read_table("cursor_snapshots", settings=settings), "topic", "subscription", "snapshot_at")
+    cursors = rows(read_table("cursor_snapshots", settings=settings, spark=spark), "topic", "subscription", "snapshot_at")
     seed = [c for c in cursors if c["topic"] == P0 and c["ranges_source"] == "internal-stats"]
     assert len(seed) == 1
     c = seed[0]
@@ -75,13 +75,13 @@ def test_silver_tables(spark, settings):
     assert [(x["ranges_reported"], x["ranges_source"], x["msg_delayed"]) for x in payments] == [(7, "topic-stats", 4), (9, "topic-stats", 6)]
     assert len([x for x in cursors if x["topic"] == P0]) == 3  # 10:00 paired, 10:05 and 10:10 alone
 
-    producers = rows(read_table("producer_snapshots", settings=settings), "snapshot_at")
+    producers = rows(read_table("producer_snapshots", settings=settings, spark=spark), "snapshot_at")
     assert [p["num_msgs_sent"] for p in producers] == [12000, 11000]
     p = producers[0]
     assert (p["topic"], p["partitions"], p["batching_max_messages"], p["memory_limit_bytes"]) == ("persistent://acme/ns1/orders", 2, 1000, 67108864)
     assert (p["num_batches_sent"], p["send_failed_queue_full"], p["compression_type"]) == (130, 3, "LZ4")
 
-    limits = rows(read_table("rate_limits", settings=settings), "level", "topic", "valid_from")
+    limits = rows(read_table("rate_limits", settings=settings, spark=spark), "level", "topic", "valid_from")
 
     def timeline(level, topic=None):
         return [
@@ -111,9 +111,9 @@ def test_silver_tables(spark, settings):
     assert [(r["broker"], r["msg_limit"], r["byte_limit"]) for r in broker] == [("broker-1:8080", 100, None), ("broker-1:8080", 100, None)]
 
     # Rebuilding the day changes nothing (re-landing is covered by test_land).
-    before = {t: rows(read_table(t, settings=settings), *read_table(t, settings=settings).columns) for t in SILVER}
-    build_silver(DAY, settings)
-    assert {t: rows(read_table(t, settings=settings), *read_table(t, settings=settings).columns) for t in SILVER} == before
+    before = {t: rows(read_table(t, settings=settings, spark=spark), *read_table(t, settings=settings, spark=spark).columns) for t in SILVER}
+    build_silver(spark, DAY, settings)
+    assert {t: rows(read_table(t, settings=settings, spark=spark), *read_table(t, settings=settings, spark=spark).columns) for t in SILVER} == before
 
 
 # ------------------------------------------------- a day of plain /metrics scrapes, two brokers
@@ -169,13 +169,13 @@ def test_a_day_of_plain_scrapes_feeds_dispatch_and_ranges(spark, settings):
     for broker, (topic, sub, msgs, ranges) in SCRAPED.items():
         for i, (m, r) in enumerate(zip(msgs, ranges)):
             (folder / f"{broker}@{i}.prom").write_text(scrape_text(topic, sub, m, r, SCRAPE_MS + i * 60_000))
-    landed = land_day(SCRAPE_DAY, settings)
+    landed = land_day(spark, SCRAPE_DAY, settings)
     assert landed.metrics["quarantined"] == 0
     # 10 samples a page, 4 pages, 2 brokers: the 6 of the families build reads land, the rest is counted.
     assert landed.metrics["metrics_rows"] == 2 * 4 * 6 and landed.metrics["metrics_samples_not_landed"] == 2 * 4 * 4
-    build_silver(SCRAPE_DAY, settings)
+    build_silver(spark, SCRAPE_DAY, settings)
 
-    intervals = rows(read_table("dispatch_intervals", settings=settings), "level", "topic", "subscription", "interval_start")
+    intervals = rows(read_table("dispatch_intervals", settings=settings, spark=spark), "level", "topic", "subscription", "interval_start")
     assert {(r["grain"], r["source"], r["interval_seconds"]) for r in intervals} == {("scrape", "metrics-counters", 60.0)}
     got = [(r["level"], r["broker"], r["subscription"], r["interval_start"].minute, r["msgs"], r["bytes"], r["counter_reset"]) for r in intervals]
     assert got == [
@@ -194,7 +194,7 @@ def test_a_day_of_plain_scrapes_feeds_dispatch_and_ranges(spark, settings):
         ("topic", "broker-2:8080", None, 1, 600, 120000, False),
         ("topic", "broker-2:8080", None, 2, 40, 8000, True),
     ]
-    snapshots = rows(read_table("cursor_snapshots", settings=settings), "topic", "snapshot_at")
+    snapshots = rows(read_table("cursor_snapshots", settings=settings, spark=spark), "topic", "snapshot_at")
     assert [(s["topic"], s["subscription"], s["broker"], s["ranges_reported"], s["ranges_source"]) for s in snapshots] == [
         (topic, sub, broker.replace("_", ":"), r, "metrics") for broker, (topic, sub, _, ranges) in SCRAPED.items() for r in ranges
     ]

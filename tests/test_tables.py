@@ -55,8 +55,8 @@ def test_replace_partition_leaves_other_days_and_one_copy(spark, settings):
     replace_day(spark, settings, D1, 4, "c")
     result = replace_day(spark, settings, D1, 4, "c")  # the same day again: a clean replace
     assert (result.rows, result.skipped) == (4, False)
-    assert counts(read_table("quarantine", settings=settings)) == {(D1, "c"): 4, (D2, "b"): 2}
-    ops = [(r["version"], r["operation"]) for r in run_sql("DESCRIBE HISTORY quarantine", settings=settings)[1]]
+    assert counts(read_table("quarantine", settings=settings, spark=spark)) == {(D1, "c"): 4, (D2, "b"): 2}
+    ops = [(r["version"], r["operation"]) for r in run_sql(spark, "DESCRIBE HISTORY quarantine", settings=settings)[1]]
     # version 0 creates the table with its schema; every replace is one WRITE commit.
     assert ops == [(4, "WRITE"), (3, "WRITE"), (2, "WRITE"), (1, "WRITE"), (0, "CREATE TABLE")]
 
@@ -68,18 +68,18 @@ def test_same_transaction_twice_leaves_one_copy(spark, settings):
     assert (first.rows, first.skipped) == (5, False)
     assert again.skipped and not later.skipped
     assert str(again) == "quarantine: already committed by this transaction, nothing written"
-    assert counts(read_table("quarantine", settings=settings)) == {(D1, "x"): 5, (D1, "y"): 2}
+    assert counts(read_table("quarantine", settings=settings, spark=spark)) == {(D1, "x"): 5, (D1, "y"): 2}
 
 
 def test_nothing_to_write_is_said_so(spark, settings):
     """An empty day replaced where the table has none (a landing kind without files): Delta
     commits nothing, and that is not a repeated transaction."""
     replace_day(spark, settings, D1, 2, "a")
-    version = table_version("quarantine", settings=settings)
+    version = table_version("quarantine", settings, spark)
     result = replace_day(spark, settings, D2, 0, "none")
     assert (result.version, result.rows, result.skipped) == (None, 0, False)
     assert str(result) == "quarantine: nothing to write, no commit"
-    assert table_version("quarantine", settings=settings) == version
+    assert table_version("quarantine", settings, spark) == version
 
 
 @pytest.mark.slow
@@ -89,22 +89,22 @@ def test_time_travel_history_detail_and_optimize_by_name(spark, settings):
     between = datetime.now(timezone.utc)
     time.sleep(1.1)
     replace_day(spark, settings, D1, 2, "new")  # version 2
-    assert counts(read_table("quarantine", settings=settings)) == {(D1, "new"): 2}
-    assert counts(read_table("quarantine", version=1, settings=settings)) == {(D1, "old"): 3}
-    assert counts(read_table("quarantine", timestamp=between, settings=settings)) == {(D1, "old"): 3}
+    assert counts(read_table("quarantine", settings=settings, spark=spark)) == {(D1, "new"): 2}
+    assert counts(read_table("quarantine", version=1, settings=settings, spark=spark)) == {(D1, "old"): 3}
+    assert counts(read_table("quarantine", timestamp=between, settings=settings, spark=spark)) == {(D1, "old"): 3}
     stamp = between.strftime("%Y-%m-%d %H:%M:%S.%f")
-    assert run_sql("SELECT count(*) AS n FROM quarantine VERSION AS OF 0", settings=settings)[1][0]["n"] == 0
-    assert run_sql("SELECT count(*) AS n FROM quarantine VERSION AS OF 1", settings=settings)[1][0]["n"] == 3
-    assert run_sql(f"SELECT reason FROM quarantine TIMESTAMP AS OF '{stamp}' LIMIT 1", settings=settings)[1][0]["reason"] == "old"
-    history = run_sql("DESCRIBE HISTORY quarantine", settings=settings)[1]
+    assert run_sql(spark, "SELECT count(*) AS n FROM quarantine VERSION AS OF 0", settings=settings)[1][0]["n"] == 0
+    assert run_sql(spark, "SELECT count(*) AS n FROM quarantine VERSION AS OF 1", settings=settings)[1][0]["n"] == 3
+    assert run_sql(spark, f"SELECT reason FROM quarantine TIMESTAMP AS OF '{stamp}' LIMIT 1", settings=settings)[1][0]["reason"] == "old"
+    history = run_sql(spark, "DESCRIBE HISTORY quarantine", settings=settings)[1]
     assert [r["version"] for r in history] == [2, 1, 0]
     assert all("Delta-Lake/" in r["engineInfo"] and "Apache-Spark/" in r["engineInfo"] for r in history)
-    detail = run_sql("DESCRIBE DETAIL quarantine", settings=settings)[1][0]
+    detail = run_sql(spark, "DESCRIBE DETAIL quarantine", settings=settings)[1][0]
     assert (detail["format"], list(detail["partitionColumns"])) == ("delta", ["day", "stage"])
-    run_sql("OPTIMIZE quarantine", settings=settings)
-    assert counts(read_table("quarantine", settings=settings)) == {(D1, "new"): 2}
+    run_sql(spark, "OPTIMIZE quarantine", settings=settings)
+    assert counts(read_table("quarantine", settings=settings, spark=spark)) == {(D1, "new"): 2}
     with pytest.raises(TableError, match="cannot read quarantine as of 99"):
-        read_table("quarantine", version=99, settings=settings).collect()
+        read_table("quarantine", version=99, settings=settings, spark=spark).collect()
 
 
 @pytest.mark.slow
@@ -149,10 +149,10 @@ def test_lake_written_by_delta_rs_is_read_and_written(spark, settings):
     write_deltalake(
         location(settings), pa.Table.from_pandas(old, schema=to_arrow_schema(schema.struct), preserve_index=False), partition_by=list(schema.partition_by)
     )
-    assert counts(read_table("quarantine", settings=settings)) == {(D1, "from-delta-rs"): 3}
+    assert counts(read_table("quarantine", settings=settings, spark=spark)) == {(D1, "from-delta-rs"): 3}
     replace_day(spark, settings, D2, 2, "from-spark")
     merged = {(D1, "from-delta-rs"): 3, (D2, "from-spark"): 2}
-    assert counts(read_table("quarantine", settings=settings)) == merged
+    assert counts(read_table("quarantine", settings=settings, spark=spark)) == merged
     arrow = RsDeltaTable(location(settings)).to_pyarrow_table()
     assert sorted(set(zip(arrow["day"].to_pylist(), arrow["reason"].to_pylist()))) == sorted(merged)
 
@@ -181,11 +181,11 @@ def test_merge_updates_inserts_and_deletes_within_the_day(spark, settings):
     merge_table(state(D2, [("t1", 1)]), "debt_state", [{"day": D2}], settings=settings)
     result = merge_table(state(D1, [("t1", 5), ("t2", 9), ("t3", 1)]), "debt_state", [{"day": D1}], settings=settings)
     merge_table(state(D1, [("t2", 9), ("t3", 1)]), "debt_state", [{"day": D1}], settings=settings)  # t1 drained: deleted
-    got = {(r["day"], r["topic"]): r["debt_msgs"] for r in read_table("debt_state", settings=settings).collect()}
+    got = {(r["day"], r["topic"]): r["debt_msgs"] for r in read_table("debt_state", settings=settings, spark=spark).collect()}
     assert got == {(D1, "t2"): 9, (D1, "t3"): 1, (D2, "t1"): 1}
     # t1 matched (5 -> 5) and t2 matched (7 -> 9): 2 updated, t3 inserted.
     assert result.rows == 3
-    assert [r["operation"] for r in run_sql("DESCRIBE HISTORY debt_state", settings=settings)[1]][:4] == ["MERGE"] * 4
+    assert [r["operation"] for r in run_sql(spark, "DESCRIBE HISTORY debt_state", settings=settings)[1]][:4] == ["MERGE"] * 4
 
 
 @pytest.mark.slow
@@ -213,14 +213,14 @@ def test_reader_sees_old_or_new_partition_never_a_mix(spark, settings):
 
 def test_failed_job_leaves_table_as_it_was(spark, settings):
     replace_day(spark, settings, D1, 3, "good")
-    before = table_version("quarantine", settings=settings)
+    before = table_version("quarantine", settings, spark)
     bad = quarantine_rows(spark, D1, 50, "bad").withColumn(
         "reason", F.when(F.col("line") == 37, F.raise_error(F.lit("boom at line 37"))).otherwise(F.col("reason"))
     )
     with pytest.raises(Exception, match="boom at line 37"):
         write_table(bad, "quarantine", "replace", [{"day": D1, "stage": "land"}], settings=settings)
-    assert table_version("quarantine", settings=settings) == before
-    assert counts(read_table("quarantine", settings=settings)) == {(D1, "good"): 3}
+    assert table_version("quarantine", settings, spark) == before
+    assert counts(read_table("quarantine", settings=settings, spark=spark)) == {(D1, "good"): 3}
 
 
 @pytest.mark.slow
@@ -250,7 +250,7 @@ def test_conflicting_commit_is_retried_and_the_last_writer_wins(spark, settings,
     thread.join()
     assert not errors
     assert any("concurrent commit" in r.getMessage() for r in caplog.records)
-    assert counts(read_table("quarantine", settings=settings)) == {(D1, "slow"): 10}
+    assert counts(read_table("quarantine", settings=settings, spark=spark)) == {(D1, "slow"): 10}
 
 
 @pytest.mark.slow
@@ -271,7 +271,7 @@ def test_concurrent_writes_of_different_days_both_land(spark, settings):
     for t in threads:
         t.join()
     assert not errors
-    assert counts(read_table("quarantine", settings=settings)) == {(D1, "one"): 2, (D2, "two"): 2}
+    assert counts(read_table("quarantine", settings=settings, spark=spark)) == {(D1, "one"): 2, (D2, "two"): 2}
 
 
 WRITER = textwrap.dedent(
@@ -322,11 +322,11 @@ def test_two_processes_same_day_and_another_day(spark, settings, brokerlens_home
     for proc in procs:
         out, err = proc.communicate(timeout=600)
         assert proc.returncode == 0, err[-3000:]
-    got = counts(read_table("quarantine", settings=settings))
+    got = counts(read_table("quarantine", settings=settings, spark=spark))
     assert got in ({(D1, "a"): 5, (D2, "c"): 3}, {(D1, "b"): 7, (D2, "c"): 3})
     # Every commit is whole: each D1 version holds one writer's rows only.
-    for version in range(table_version("quarantine", settings=settings) + 1):
-        day1 = {k: v for k, v in counts(read_table("quarantine", version=version, settings=settings)).items() if k[0] == D1}
+    for version in range(table_version("quarantine", settings, spark) + 1):
+        day1 = {k: v for k, v in counts(read_table("quarantine", version=version, settings=settings, spark=spark)).items() if k[0] == D1}
         assert day1 in ({}, {(D1, "seed"): 1}, {(D1, "a"): 5}, {(D1, "b"): 7}), (version, day1)
 
 
@@ -341,7 +341,7 @@ def test_killed_write_leaves_a_readable_table_and_a_rerun_is_identical(spark, se
     window): the table reads at its previous version (or, if the commit won, wholly at the new
     one), and re-running the write gives the same table as an unbroken run."""
     replace_day(spark, settings, D1, 3, "good")
-    before = table_version("quarantine", settings=settings)
+    before = table_version("quarantine", settings, spark)
     path = location(settings)
     on_disk = _data_files(path)
     # 4 tasks x 50 rows x 20 ms: a write of about a quarter of a second per task after start-up.
@@ -352,16 +352,16 @@ def test_killed_write_leaves_a_readable_table_and_a_rerun_is_identical(spark, se
         time.sleep(0.01)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
-    after = table_version("quarantine", settings=settings)
-    got = counts(read_table("quarantine", settings=settings))
+    after = table_version("quarantine", settings, spark)
+    got = counts(read_table("quarantine", settings=settings, spark=spark))
     if after == before:
         assert got == {(D1, "good"): 3}
     else:  # the commit had happened before the kill: all of it is there
         assert (after, got) == (before + 1, {(D1, "new"): 200})
     # The re-run (as an Airflow retry would do it, a new transaction; here in this session).
     replace_day(spark, settings, D1, 200, "new")
-    assert counts(read_table("quarantine", settings=settings)) == {(D1, "new"): 200}
-    assert sorted(read_table("quarantine", settings=settings).select("line").toPandas()["line"]) == list(range(1, 201))
+    assert counts(read_table("quarantine", settings=settings, spark=spark)) == {(D1, "new"): 200}
+    assert sorted(read_table("quarantine", settings=settings, spark=spark).select("line").toPandas()["line"]) == list(range(1, 201))
 
 
 @pytest.mark.slow
@@ -369,16 +369,16 @@ def test_vacuum_uses_the_tables_retention(spark, settings):
     replace_day(spark, settings, D1, 3, "a")
     replace_day(spark, settings, D1, 2, "b")
     # The replaced file is younger than the 7-day retention: kept for time travel.
-    assert table_admin.vacuum("quarantine", dry_run=True, settings=settings) == []
+    assert table_admin.vacuum(spark, "quarantine", dry_run=True, settings=settings) == []
     with pytest.raises(Exception, match="DELTA_VACUUM_RETENTION_PERIOD_TOO_SHORT"):
-        run_sql("VACUUM quarantine RETAIN 0 HOURS", settings=settings)  # Delta's retention check is on
-    run_sql("ALTER TABLE quarantine SET TBLPROPERTIES ('delta.deletedFileRetentionDuration' = 'interval 0 hours')", settings=settings)
+        run_sql(spark, "VACUUM quarantine RETAIN 0 HOURS", settings=settings)  # Delta's retention check is on
+    run_sql(spark, "ALTER TABLE quarantine SET TBLPROPERTIES ('delta.deletedFileRetentionDuration' = 'interval 0 hours')", settings=settings)
     live = {os.path.normpath(f) for f in RsDeltaTable(location(settings)).file_uris()}
     replaced = _data_files(location(settings)) - live  # version 1's files, replaced by version 2
-    removed = table_admin.vacuum("quarantine", settings=settings)
+    removed = table_admin.vacuum(spark, "quarantine", settings=settings)
     assert replaced and {os.path.normpath(p.removeprefix("file:")) for p in removed} == replaced
     assert _data_files(location(settings)) == live
-    assert counts(read_table("quarantine", settings=settings)) == {(D1, "b"): 2}
+    assert counts(read_table("quarantine", settings=settings, spark=spark)) == {(D1, "b"): 2}
 
 
 def test_schema_is_enforced(spark, settings):
@@ -387,10 +387,10 @@ def test_schema_is_enforced(spark, settings):
         write_table(df, "quarantine", "append", settings=settings)
     with pytest.raises(Exception, match="replaceWhere|REPLACE_WHERE"):
         write_table(quarantine_rows(spark, D2, 1, "a"), "quarantine", "replace", [{"day": D1, "stage": "land"}], settings=settings)
-    assert read_table("quarantine", settings=settings).count() == 0
+    assert read_table("quarantine", settings=settings, spark=spark).count() == 0
 
 
 def test_unwritten_table_reads_empty_and_unknown_table_is_clear(spark, settings):
-    assert read_table("quarantine", settings=settings).count() == 0
+    assert read_table("quarantine", settings=settings, spark=spark).count() == 0
     with pytest.raises(Exception, match="unknown table 'nope'; known tables: .*quarantine"):
-        read_table("nope", settings=settings)
+        read_table("nope", settings=settings, spark=spark)

@@ -297,7 +297,9 @@ def test_tables_mails_and_printed_instants_are_the_same_in_every_zone(tmp_path, 
     monkeypatch.setenv("BROKERLENS_HOME", str(built))
     built_settings = reload_settings()
     _, held = run_sql(
-        SNAPSHOTS.replace("snapshot_at, forecast_cap_at FROM", "date_format(snapshot_at, \"yyyy-MM-dd'T'HH:mm:ss'Z'\") AS t FROM"), settings=built_settings
+        spark,
+        SNAPSHOTS.replace("snapshot_at, forecast_cap_at FROM", "date_format(snapshot_at, \"yyyy-MM-dd'T'HH:mm:ss'Z'\") AS t FROM"),
+        settings=built_settings,
     )
     assert [r["snapshot_at"] for r in snapshots] == [r["t"] for r in held]
     assert stamp.match(snapshots[0]["forecast_cap_at"]), snapshots[0]

@@ -26,10 +26,10 @@ def suite(path, expectations):
 @pytest.mark.slow
 def test_validate_passes_then_fails_on_a_critical_expectation(spark, settings, tmp_path, monkeypatch):
     install_fixtures(settings, "2026-11-21")
-    good, _, parsed = land_kind(dispatch, DAY, settings)
+    good, _, parsed = land_kind(spark, dispatch, DAY, settings)
     write_table(good, "bronze_dispatch", mode="replace", partitions=[{"day": DAY}], settings=settings)
     parsed.unpersist()
-    msgs = [r["msgs"] for r in read_table("bronze_dispatch", settings=settings).collect()]
+    msgs = [r["msgs"] for r in read_table("bronze_dispatch", settings=settings, spark=spark).collect()]
     folder = tmp_path / "expectations"
     folder.mkdir()
     monkeypatch.setenv("BROKERLENS_EXPECTATIONS_DIR", str(folder))
@@ -53,7 +53,7 @@ def test_validate_passes_then_fails_on_a_critical_expectation(spark, settings, t
     assert "1 critical expectation(s) failed" in failed.output
     assert f"expect_column_values_to_be_between(msgs) failed on {over} of {len(msgs)} rows" in failed.output
 
-    history = read_table("validation_results", settings=settings).collect()
+    history = read_table("validation_results", settings=settings, spark=spark).collect()
     assert len({r["run_at"] for r in history}) >= 1 and len(history) == 4
     assert sorted((r["severity"], r["success"]) for r in history if r["column_name"] == "msgs") == [("critical", False), ("warning", False)]
     assert len(list((settings.reports / "validation" / "2026-11-21").glob("*.json"))) >= 1
@@ -78,10 +78,10 @@ def test_bronze_layer_row_counts_warn_on_an_empty_day_and_fail_when_files_landed
 
     install_fixtures(settings, "2026-11-21")
     shutil.rmtree(settings.landing / "2026-11-21" / "metrics")  # nothing landed for bronze_metrics
-    good, _, parsed = land_kind(dispatch, DAY, settings)
+    good, _, parsed = land_kind(spark, dispatch, DAY, settings)
     write_table(good, "bronze_dispatch", mode="replace", partitions=[{"day": DAY}], settings=settings)
     parsed.unpersist()
-    landed = read_table("bronze_dispatch", settings=settings).where(f"day = '{DAY}'").count()
+    landed = read_table("bronze_dispatch", settings=settings, spark=spark).where(f"day = '{DAY}'").count()
     assert landed > 0
 
     out = CliRunner().invoke(app, ["validate", "--layer", "bronze", "--date", "2026-11-21"])
@@ -99,7 +99,7 @@ def test_bronze_layer_row_counts_warn_on_an_empty_day_and_fail_when_files_landed
     assert "WARNING brokerlens.quality.validate: warning: bronze_metrics has no rows for 2026-11-21 (nothing landed for it)" in out.stderr
 
     # Only the bronze suites ran, and each result row has the table's row count for the day.
-    results = read_table("validation_results", settings=settings).collect()
+    results = read_table("validation_results", settings=settings, spark=spark).collect()
     bronze = {n for n, s in table_schemas().items() if n.startswith("bronze_")}
     assert {r["table_name"] for r in results} == bronze
     counts = {r["table_name"]: r["rows"] for r in results}

@@ -6,9 +6,11 @@ from __future__ import annotations
 from datetime import date
 from functools import partial
 
+from pyspark.sql import SparkSession
+
 from brokerlens.pipeline import resolve
 from brokerlens.platform.progress import progress
-from brokerlens.platform.spark import get_spark, in_parallel
+from brokerlens.platform.spark import in_parallel
 from brokerlens.platform.stage import StageResult
 from brokerlens.settings import Settings
 
@@ -23,7 +25,7 @@ BUILD_STEPS: tuple[tuple[str, str, str], ...] = (
 LAYERS = ("silver", "gold")
 
 
-def build_day(day: date, settings: Settings, layer: str | None = None) -> StageResult:
+def build_day(spark: SparkSession, day: date, settings: Settings, layer: str | None = None) -> StageResult:
     if layer is not None and layer not in LAYERS:
         raise ValueError(f"build layer must be one of {', '.join(LAYERS)}, not {layer!r}")
     result = StageResult(f"build {layer}" if layer else "build", day)
@@ -32,8 +34,8 @@ def build_day(day: date, settings: Settings, layer: str | None = None) -> StageR
         for step_layer in layers:
             # A layer's steps read the layers below and write tables of their own: they run at once.
             steps = [(name, target) for in_layer, name, target in BUILD_STEPS if in_layer == step_layer]
-            calls = [partial(resolve(target), day, settings) for _, target in steps]
-            for (name, _), step in zip(steps, in_parallel(get_spark(settings), calls)):
+            calls = [partial(resolve(target), spark, day, settings) for _, target in steps]
+            for (name, _), step in zip(steps, in_parallel(spark, calls)):
                 shown.note(name)
                 result.writes += step.writes
                 result.lines += step.lines

@@ -11,11 +11,16 @@ import traceback
 from datetime import date, datetime
 from enum import Enum
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from brokerlens.platform import logs, redact
+
+if TYPE_CHECKING:  # the command line starts before pyspark is imported, and many commands never import it
+    from pyspark.sql import SparkSession
+
+    from brokerlens.settings import Settings
 
 app = typer.Typer(
     help="brokerlens: batch analytics over Apache Pulsar broker telemetry.",
@@ -73,13 +78,21 @@ def _day(value: datetime) -> date:
     return value.date()
 
 
+def _spark(settings: Settings) -> SparkSession:
+    """This command's session: it is given to the stages and tables that run on Spark."""
+    from brokerlens.platform.spark import get_spark
+
+    return get_spark(settings)
+
+
 def _run_stage(name: str, day: date, **kwargs) -> None:
-    from brokerlens.pipeline import run_stage
+    from brokerlens.pipeline import ON_SPARK, run_stage
     from brokerlens.platform.stage import StageFailed
     from brokerlens.settings import get_settings
 
+    settings = get_settings()
     try:
-        result = run_stage(name, day, get_settings(), **kwargs)
+        result = run_stage(name, day, settings, _spark(settings) if name in ON_SPARK else None, **kwargs)
     except StageFailed as exc:
         _fail(f"{name} {day.isoformat()} failed:\n{exc}", code=1)
     typer.echo(result.render())
@@ -180,9 +193,9 @@ def sql(
     if query is None:
         from brokerlens.deliver.repl import repl
 
-        raise typer.Exit(repl(get_settings(), fmt.value))
+        raise typer.Exit(repl(_spark(get_settings()), get_settings(), fmt.value))
     try:
-        columns, rows = run_sql(query, get_settings())
+        columns, rows = run_sql(_spark(get_settings()), query, get_settings())
     except QueryError as exc:
         _keep_trace(always=False)
         _fail(str(exc))
@@ -200,7 +213,7 @@ def tables(
 
     for name in names or []:
         table_schema(name)  # an unknown name fails with the list of known tables
-    for info in describe_tables(get_settings()):
+    for info in describe_tables(_spark(get_settings()), get_settings()):
         if names and info.name not in names:
             continue
         version = "not written yet" if info.version is None else f"version {info.version}"
@@ -254,7 +267,7 @@ def vacuum_cmd(
     from brokerlens.settings import get_settings
 
     for name in sorted(table_schemas()):
-        removed = vacuum(name, get_settings(), dry_run=dry_run)
+        removed = vacuum(_spark(get_settings()), name, get_settings(), dry_run=dry_run)
         if removed:
             typer.echo(f"{name}: {'would delete' if dry_run else 'deleted'} {len(removed)} files")
 

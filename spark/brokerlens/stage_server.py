@@ -45,6 +45,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from pyspark.sql import SparkSession
+
 from brokerlens.platform import jvm
 
 log = logging.getLogger(__name__)
@@ -272,7 +274,7 @@ class StageServer:
 WARM_UP_DAY, WARM_UP_SCALE = date(2026, 1, 1), 0.01
 
 
-def warm_up() -> float:
+def warm_up(spark: SparkSession) -> float:
     """The daily stages on a generated day in a scratch folder, every path of it there (never
     the real lake); seconds taken."""
     from brokerlens.pipeline import DAILY_STEPS, run_stage
@@ -287,7 +289,7 @@ def warm_up() -> float:
             options: dict[str, object] = {"layer": layer} if layer else {}
             if stage == "alert":
                 options["dry_run"] = True  # no mail about a made-up day
-            run_stage(stage, WARM_UP_DAY, settings, **options)
+            run_stage(stage, WARM_UP_DAY, settings, spark, **options)
     return time.monotonic() - started
 
 
@@ -306,7 +308,7 @@ def serve(command: Command, address_file: Path | None = None, port: int = 0, war
     spark = get_spark(get_settings())
     if warm:
         log.info("stage server: warming up on a generated day")
-        log.info("stage server: warmed up in %.1f s", warm_up())
+        log.info("stage server: warmed up in %.1f s", warm_up(spark))
     server = StageServer(spark, command, address_file or default_address_file(), port)
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: server.stop())

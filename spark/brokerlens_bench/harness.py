@@ -167,7 +167,7 @@ def bench_days(bench: Bench, work: Path, partitions: int, first: date, days: int
             write_table(spark.read.parquet(*files), table, "replace", [{"day": day}], settings=settings)
         rows = sum(pq.ParquetFile(f).metadata.num_rows for f in inputs["intervals"])
         writes: list = []
-        result = bench.measure(lambda: len(writes.extend(build_dispatch(day, settings).writes) or writes), rows=rows)
+        result = bench.measure(lambda: len(writes.extend(build_dispatch(spark, day, settings).writes) or writes), rows=rows)
         out.append({"day": day.isoformat(), **result, "write_seconds": {w.table: w.seconds for w in writes}})
         log.info("day %s built in %ss", day, result["seconds"])
         shutil.rmtree(work / f"days-input-{n}", ignore_errors=True)
@@ -237,7 +237,7 @@ def bench_landing(bench: Bench, work: Path, scales: tuple[float, ...], day: date
         landed: dict = {}
 
         def land() -> int:
-            result = land_day(day, settings)
+            result = land_day(bench.spark, day, settings)
             landed.update(result.metrics)
             return sum(w.rows for w in result.writes if w.rows > 0)
 
@@ -266,7 +266,7 @@ def daily_step(bench: Bench, stage: str, layer: str | None, day: date, settings,
     done: list = []
 
     def run() -> int:
-        done.append(run_stage(stage, day, settings, **options))
+        done.append(run_stage(stage, day, settings, bench.spark, **options))
         return sum(w.rows for w in done[0].writes)
 
     measured = bench.measure(run, rows=rows)

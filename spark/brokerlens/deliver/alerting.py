@@ -31,6 +31,7 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 
 from jinja2 import Environment, PackageLoader, StrictUndefined
+from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from brokerlens.deliver.settings import DeliverStepSettings
@@ -38,7 +39,6 @@ from brokerlens.gold.holes.alerts import SEVERITY_RANK
 from brokerlens.gold.holes.persistence import KEY
 from brokerlens.gold.holes.settings import AlertSettings, RecipientGroup
 from brokerlens.platform.schemas import table_schema
-from brokerlens.platform.spark import get_spark
 from brokerlens.platform.stage import StageFailed, StageResult
 from brokerlens.platform.tables import merge_table, read_table, sql_equals
 from brokerlens.platform.times import collect, minute
@@ -123,10 +123,10 @@ def render(day: date, group: RecipientGroup, alerts: list[dict], settings: Deliv
     )
 
 
-def dispatch_limiters(day: date, settings: DeliverStepSettings) -> list[dict]:
+def dispatch_limiters(spark: SparkSession, day: date, settings: DeliverStepSettings) -> list[dict]:
     """The dispatch rate limiter each broker was judged with on ``day`` (dispatch_daily: one model
     per broker and day) and how it was chosen, for the mail summary."""
-    daily = read_table("dispatch_daily", settings=settings).filter(F.col("day") == F.lit(day))
+    daily = read_table("dispatch_daily", spark=spark, settings=settings).filter(F.col("day") == F.lit(day))
     rows = daily.select("cluster", "broker", "limiter_model", "limiter_model_source").distinct()
     return [r.asDict() for r in collect(rows.orderBy("cluster", "broker"))]  # one row per broker
 
@@ -145,15 +145,15 @@ def _sort_key(alert: dict) -> tuple:
     return (resolved, -SEVERITY_RANK.get(alert["severity"] or "", 0), -(alert["ranges"] or 0), alert["topic"], alert["subscription"])
 
 
-def due_alerts(day: date, settings: DeliverStepSettings) -> list[dict]:
+def due_alerts(spark: SparkSession, day: date, settings: DeliverStepSettings) -> list[dict]:
     """The day's alerts to mail (a few rows per subscription in trouble: collected)."""
     cfg = settings.alerts
-    notifications = read_table("alert_notifications", settings=settings).filter(F.col("status") == SENT)
+    notifications = read_table("alert_notifications", spark=spark, settings=settings).filter(F.col("status") == SENT)
     last = notifications.filter(F.col("day") < F.lit(day)).groupBy(*KEY).agg(F.max("day").alias("last_notified"))
     since = F.datediff(F.lit(day), F.col("last_notified"))
     reminder = F.col("last_notified").isNull() | (F.lit(cfg.reminder_days > 0) & (since >= F.lit(cfg.reminder_days)))
     due = (
-        read_table("hole_alerts", settings=settings)
+        read_table("hole_alerts", spark=spark, settings=settings)
         .filter(F.col("day") == F.lit(day))
         .join(last, KEY, "left")
         .filter(
@@ -164,7 +164,7 @@ def due_alerts(day: date, settings: DeliverStepSettings) -> list[dict]:
     )
     # The day's reloads that lost acknowledgements (reload_events), one mail line each.
     lost = (
-        read_table("reload_events", settings=settings)
+        read_table("reload_events", spark=spark, settings=settings)
         .filter((F.col("day") == F.lit(day)) & F.col("lost_acknowledgements"))
         .groupBy(*KEY)
         .agg(
@@ -249,13 +249,13 @@ def _rows(day: date, out: Outgoing, subject: str, msg_id: str, outbox: Path, sta
     ]
 
 
-def record(day: date, msg_id: str, rows: list[dict], settings: DeliverStepSettings) -> None:
+def record(spark: SparkSession, day: date, msg_id: str, rows: list[dict], settings: DeliverStepSettings) -> None:
     """The one state change of ``alert_notifications``, a MERGE: the message's pending rows are
     replaced by ``rows`` (pending rows before it is sent, sent rows once accepted, none when the
     server did not take it); sent rows are never replaced."""
     schema = table_schema("alert_notifications")
     # sent_at is aware (UTC): PySpark would read a naive one in the process's time zone.
-    new = get_spark(settings).createDataFrame([tuple(r[c] for c in schema.column_names) for r in rows], schema.struct)
+    new = spark.createDataFrame([tuple(r[c] for c in schema.column_names) for r in rows], schema.struct)
     pending = f"t.status = '{PENDING}'"
     merge_table(
         new,
@@ -267,21 +267,21 @@ def record(day: date, msg_id: str, rows: list[dict], settings: DeliverStepSettin
     )
 
 
-def settle_pending(day: date, settings: DeliverStepSettings) -> list[str]:
+def settle_pending(spark: SparkSession, day: date, settings: DeliverStepSettings) -> list[str]:
     """Messages left pending by a run that stopped: sent if their outbox copy exists (the server
     had accepted them), else dropped, to be mailed again. A line per message."""
     pending: dict[str, list[dict]] = {}
-    for r in collect(read_table("alert_notifications", settings=settings).filter((F.col("day") == F.lit(day)) & (F.col("status") == PENDING))):
+    for r in collect(read_table("alert_notifications", spark=spark, settings=settings).filter((F.col("day") == F.lit(day)) & (F.col("status") == PENDING))):
         pending.setdefault(r["message_id"], []).append(r.asDict())
     lines = []
     for msg_id, rows in sorted(pending.items()):
         copy, group = Path(rows[0]["outbox_file"]), rows[0]["group_name"]
         if copy.is_file():
             sent_at = datetime.fromtimestamp(copy.stat().st_mtime, timezone.utc)
-            record(day, msg_id, [r | {"status": SENT, "sent_at": sent_at} for r in rows], settings)
+            record(spark, day, msg_id, [r | {"status": SENT, "sent_at": sent_at} for r in rows], settings)
             lines.append(f"{msg_id} to {group}: accepted before an earlier run stopped; recorded as sent, not mailed again")
         else:
-            record(day, msg_id, [], settings)
+            record(spark, day, msg_id, [], settings)
             lines.append(f"{msg_id} to {group}: not sent by an earlier run that stopped; mailed now")
     return lines
 
@@ -291,13 +291,17 @@ def _crash_point(name: str) -> None:
         os._exit(137)
 
 
-def _mark_notified(day: date, settings: DeliverStepSettings) -> None:
+def _mark_notified(spark: SparkSession, day: date, settings: DeliverStepSettings) -> None:
     """hole_alerts.notified for the day, from what alert_notifications holds as sent."""
     on_day = F.col("day") == F.lit(day)
     sent = (
-        read_table("alert_notifications", settings=settings).filter(on_day & (F.col("status") == SENT)).select(*KEY).distinct().withColumn("sent", F.lit(True))
+        read_table("alert_notifications", spark=spark, settings=settings)
+        .filter(on_day & (F.col("status") == SENT))
+        .select(*KEY)
+        .distinct()
+        .withColumn("sent", F.lit(True))
     )
-    alerts = read_table("hole_alerts", settings=settings).filter(on_day)
+    alerts = read_table("hole_alerts", spark=spark, settings=settings).filter(on_day)
     updated = (
         alerts.join(sent, KEY, "left")
         .withColumn("notified", F.col("notified") | F.coalesce(F.col("sent"), F.lit(False)))
@@ -309,13 +313,13 @@ def _mark_notified(day: date, settings: DeliverStepSettings) -> None:
 # ------------------------------------------------------------------------------ the stage
 
 
-def alert_day(day: date, settings: DeliverStepSettings, dry_run: bool = False) -> StageResult:
+def alert_day(spark: SparkSession, day: date, settings: DeliverStepSettings, dry_run: bool = False) -> StageResult:
     cfg = settings.alerts
     result = StageResult("alert", day)
-    settled = [] if dry_run else settle_pending(day, settings)
+    settled = [] if dry_run else settle_pending(spark, day, settings)
     result.lines += settled
-    alerts = due_alerts(day, settings)
-    sent_today = read_table("alert_notifications", settings=settings).filter((F.col("day") == F.lit(day)) & (F.col("status") == SENT))
+    alerts = due_alerts(spark, day, settings)
+    sent_today = read_table("alert_notifications", spark=spark, settings=settings).filter((F.col("day") == F.lit(day)) & (F.col("status") == SENT))
     accepted: dict[tuple, set[str]] = {}
     for r in collect(sent_today.select("group_name", *KEY, "recipients")):
         accepted.setdefault(tuple(r)[:-1], set()).update(r["recipients"])
@@ -324,13 +328,13 @@ def alert_day(day: date, settings: DeliverStepSettings, dry_run: bool = False) -
     if not messages:
         result.lines.append("nothing to send" + (" (already sent today)" if accepted else ""))
         if settled:
-            _mark_notified(day, settings)
-        if read_table("cursor_ranges", settings=settings).filter(F.col("day") == F.lit(day)).isEmpty():
+            _mark_notified(spark, day, settings)
+        if read_table("cursor_ranges", spark=spark, settings=settings).filter(F.col("day") == F.lit(day)).isEmpty():
             result.lines.append(f"cursor_ranges has no rows for {day}: was `brokerlens build --date {day}` run?")
         return result
 
     target = smtp_target(settings)
-    limiters = dispatch_limiters(day, settings)
+    limiters = dispatch_limiters(spark, day, settings)
     if dry_run:
         result.lines.append(f"dry run: would send {len(messages)} message(s) via {target}; nothing sent or recorded")
         for out in messages:
@@ -347,12 +351,12 @@ def alert_day(day: date, settings: DeliverStepSettings, dry_run: bool = False) -
                 msg_id = message_id(day, out, target.mail_from)
                 copy = _outbox_file(settings, day, out.group.name, msg_id)
                 msg = build_message(subject, target.mail_from, list(out.to), text, html, message_id=msg_id)
-                record(day, msg_id, _rows(day, out, subject, msg_id, copy, PENDING, list(out.to), None), settings)
+                record(spark, day, msg_id, _rows(day, out, subject, msg_id, copy, PENDING, list(out.to), None), settings)
                 _crash_point("pending-recorded")
                 try:
                     refused = send(client, target, msg, partial=True)
                 except MailError as exc:
-                    record(day, msg_id, [], settings)  # the server did not take it: left for a re-run
+                    record(spark, day, msg_id, [], settings)  # the server did not take it: left for a re-run
                     problems.append(str(exc))
                     continue
                 sent_at = datetime.now(timezone.utc)
@@ -362,7 +366,7 @@ def alert_day(day: date, settings: DeliverStepSettings, dry_run: bool = False) -
                 copy.write_bytes(msg.as_bytes())
                 _crash_point("accepted")
                 to = [a for a in out.to if a not in refused]
-                record(day, msg_id, _rows(day, out, subject, msg_id, copy, SENT, to, sent_at), settings)
+                record(spark, day, msg_id, _rows(day, out, subject, msg_id, copy, SENT, to, sent_at), settings)
                 sent += 1
                 result.lines.append(f"sent to {out.group.name} <{', '.join(to)}>: {subject} ({copy})")
                 if refused:
@@ -371,7 +375,7 @@ def alert_day(day: date, settings: DeliverStepSettings, dry_run: bool = False) -
         problems.append(str(exc))
     finally:
         if sent or settled:
-            _mark_notified(day, settings)
+            _mark_notified(spark, day, settings)
     result.metrics["sent"] = sent
     if problems:
         raise StageFailed(

@@ -28,11 +28,8 @@ class QueryError(ValueError):
     """The query cannot run; the message is meant for the user."""
 
 
-def run_sql(query: str, settings: PlatformSettings, spark: SparkSession | None = None) -> tuple[list[str], list[Row]]:
+def run_sql(spark: SparkSession, query: str, settings: PlatformSettings) -> tuple[list[str], list[Row]]:
     """Register every table of ``settings``' lake, run ``query``, return its column names and rows."""
-    from brokerlens.platform.spark import get_spark
-
-    spark = spark or get_spark(settings)
     register_tables(spark, settings)
     # PySpark logs every failed query as a JSON record with the whole Java stack trace, on a
     # handler of its own; the error reaches the user as a QueryError (its trace: the log file).

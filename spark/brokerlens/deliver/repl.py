@@ -12,6 +12,8 @@ import sys
 from collections.abc import Iterable, Iterator
 from typing import TextIO
 
+from pyspark.sql import SparkSession
+
 from brokerlens.platform.settings import PlatformSettings
 
 HELP = """\
@@ -90,7 +92,9 @@ def _lines(stdin: TextIO, interactive: bool, splitter: Splitter) -> Iterator[str
             splitter.quote = None
 
 
-def repl(settings: PlatformSettings, fmt: str = "table", stdin: TextIO | None = None, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
+def repl(
+    spark: SparkSession, settings: PlatformSettings, fmt: str = "table", stdin: TextIO | None = None, stdout: TextIO | None = None, stderr: TextIO | None = None
+) -> int:
     """Run statements from stdin over the tables of ``settings``' lake; returns the exit code (2 when a statement failed)."""
     from brokerlens.platform.schemas import SchemaError, table_schema, table_schemas
 
@@ -136,7 +140,7 @@ def repl(settings: PlatformSettings, fmt: str = "table", stdin: TextIO | None = 
             stdout.flush()
             continue
         try:
-            columns, rows = run_sql(statement, settings)
+            columns, rows = run_sql(spark, statement, settings)
         except QueryError as exc:
             stderr.write(f"error: {exc}\n")
             failed = True

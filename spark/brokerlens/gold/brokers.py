@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from datetime import date, timedelta
 
-from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from brokerlens.land.metrics import VERSION_METRIC
@@ -56,10 +56,10 @@ def broker_config_at(rows: DataFrame, policies: DataFrame, keys: list[str], row_
     return matched.groupBy(*row_key).agg(*(F.coalesce(latest(k, True), latest(k, False)).alias(k) for k in keys))
 
 
-def version_metrics(day: date, settings: PlatformSettings) -> DataFrame:
+def version_metrics(spark: SparkSession, day: date, settings: PlatformSettings) -> DataFrame:
     """The bronze_metrics days searched for a broker's version: ``day`` and the
     ``VERSION_LOOKBACK_DAYS`` before it."""
-    return read_table("bronze_metrics", settings=settings).where(
+    return read_table("bronze_metrics", spark=spark, settings=settings).where(
         (F.col("day") <= F.lit(day)) & (F.col("day") >= F.lit(day - timedelta(days=VERSION_LOOKBACK_DAYS)))
     )
 

@@ -20,7 +20,7 @@ from pyspark.sql import functions as F
 from brokerlens.land.settings import LandStepSettings
 from brokerlens.platform.progress import progress
 from brokerlens.platform.schemas import table_schema
-from brokerlens.platform.spark import get_spark, in_parallel
+from brokerlens.platform.spark import in_parallel
 from brokerlens.platform.stage import StageResult
 from brokerlens.platform.tables import WriteResult, read_table, write_table
 
@@ -43,11 +43,10 @@ def survey_day(day: date, settings: LandStepSettings) -> dict[str, KindFiles]:
     )
 
 
-def land_kind(parser, day: date, settings: LandStepSettings, files: KindFiles | None = None) -> tuple[DataFrame, DataFrame, DataFrame]:
+def land_kind(spark: SparkSession, parser, day: date, settings: LandStepSettings, files: KindFiles | None = None) -> tuple[DataFrame, DataFrame, DataFrame]:
     """(bronze rows, quarantine rows, the parsed frame both come from: persisted, unpersist
     it when done) of one landing kind for the day; ``files``: the kind's files from
     :func:`survey_day` (surveyed here when not given)."""
-    spark = get_spark(settings)
     if files is None:
         files = survey_day(day, settings)[parser.KIND]
     records = (read_whole if parser.WHOLE_FILE else read_lines)(spark, files.read)
@@ -72,21 +71,21 @@ def not_read_frame(spark: SparkSession, not_read: list[NotRead], day: date, kind
     return spark.createDataFrame(rows, table_schema("quarantine").struct)
 
 
-def _land_kind_to_bronze(parser, day: date, settings: LandStepSettings, files: KindFiles):
-    good, bad, parsed = land_kind(parser, day, settings, files)
+def _land_kind_to_bronze(spark: SparkSession, parser, day: date, settings: LandStepSettings, files: KindFiles):
+    good, bad, parsed = land_kind(spark, parser, day, settings, files)
     write = write_table(good, parser.TABLE, mode="replace", partitions=[{"day": day}], settings=settings)
-    not_landed = metrics.samples_not_landed(get_spark(settings), files.read, settings.land) if parser is metrics else 0
+    not_landed = metrics.samples_not_landed(spark, files.read, settings.land) if parser is metrics else 0
     return write, bad, parsed, not_landed
 
 
-def land_day(day: date, settings: LandStepSettings) -> StageResult:
+def land_day(spark: SparkSession, day: date, settings: LandStepSettings) -> StageResult:
     result = StageResult("land", day)
     quarantined, parsed_frames = [], []
     # The kinds land in parallel threads (platform.spark.in_parallel).
     files = survey_day(day, settings)
-    calls = [partial(_land_kind_to_bronze, parser, day, settings, files[parser.KIND]) for parser in PARSERS]
+    calls = [partial(_land_kind_to_bronze, spark, parser, day, settings, files[parser.KIND]) for parser in PARSERS]
     with progress(f"land {day}", total=len(PARSERS), unit="kinds") as step:
-        for parser, (write, bad, parsed, not_landed) in zip(PARSERS, in_parallel(get_spark(settings), calls)):
+        for parser, (write, bad, parsed, not_landed) in zip(PARSERS, in_parallel(spark, calls)):
             step.note(parser.KIND)
             step.advance()
             parsed_frames.append(parsed)
@@ -96,7 +95,7 @@ def land_day(day: date, settings: LandStepSettings) -> StageResult:
                 result.metrics["metrics_samples_not_landed"] = not_landed
             quarantined.append(bad)
     # Folders of no known kind: every file in them is a quarantine row, none is read.
-    quarantined += [not_read_frame(get_spark(settings), f.not_read, day, kind) for kind, f in files.items() if kind not in KINDS]
+    quarantined += [not_read_frame(spark, f.not_read, day, kind) for kind, f in files.items() if kind not in KINDS]
     everything = quarantined[0]
     for frame in quarantined[1:]:
         everything = everything.unionByName(frame)
@@ -104,18 +103,18 @@ def land_day(day: date, settings: LandStepSettings) -> StageResult:
     result.writes.append(write)
     for frame in parsed_frames:
         frame.unpersist()
-    _summarise(result, files, quarantine_counts(day, write, settings))
+    _summarise(result, files, quarantine_counts(spark, day, write, settings))
     return result
 
 
-def quarantine_counts(day: date, write: WriteResult, settings: LandStepSettings) -> list[Row]:
+def quarantine_counts(spark: SparkSession, day: date, write: WriteResult, settings: LandStepSettings) -> list[Row]:
     """(kind, reason, count) of the quarantine rows the write committed, from the table: counting
     the frame instead passed over every kind's parsed rows once more (a large day's whole Pulsar
     documents, on disk) for a few rows. No commit: Delta had nothing to write (no rows to
     quarantine, none to replace)."""
     if write.version is None:
         return []
-    committed = read_table("quarantine", version=write.version, settings=settings).where((F.col("day") == F.lit(day)) & (F.col("stage") == "land"))
+    committed = read_table("quarantine", version=write.version, spark=spark, settings=settings).where((F.col("day") == F.lit(day)) & (F.col("stage") == "land"))
     return committed.groupBy("kind", "reason").count().orderBy("kind", "reason").collect()
 
 

@@ -12,11 +12,10 @@ from pyspark.sql import SparkSession
 from . import jvm
 from .schemas import table_schemas
 from .settings import PlatformSettings
-from .spark import get_spark
 from .tables import TableError, ensure_table, table_exists, table_location, table_version
 
 
-def register_tables(spark: SparkSession | None, settings: PlatformSettings) -> list[str]:
+def register_tables(spark: SparkSession, settings: PlatformSettings) -> list[str]:
     """Make every table in ``schemas/`` known to Spark SQL by its name, in the session catalog
     (``CREATE TABLE … USING delta LOCATION …``): ``DESCRIBE HISTORY``, ``VERSION AS OF``,
     ``DESCRIBE DETAIL``, ``OPTIMIZE``, ``VACUUM`` and ``MERGE`` then work by name.
@@ -27,7 +26,6 @@ def register_tables(spark: SparkSession | None, settings: PlatformSettings) -> l
     needs no catalogue repair. A table never written is created empty with its schema first, so
     every name exists and ``DESCRIBE TABLE`` shows the column descriptions.
     """
-    spark = spark or get_spark(settings)
     names = sorted(table_schemas())
     registered = _registered.setdefault(id(spark), {})
     for name in names:
@@ -54,25 +52,24 @@ class TableInfo:
     columns: list[tuple[str, str, str]]
 
 
-def describe_tables(settings: PlatformSettings) -> list[TableInfo]:
+def describe_tables(spark: SparkSession, settings: PlatformSettings) -> list[TableInfo]:
     return [
         TableInfo(
             name,
             schema.layer,
             schema.description,
-            table_version(name, settings),
+            table_version(name, settings, spark),
             [(c.name, c.type, c.description) for c in schema.columns],
         )
         for name, schema in sorted(table_schemas().items())
     ]
 
 
-def vacuum(name: str, settings: PlatformSettings, dry_run: bool = False) -> list[str]:
+def vacuum(spark: SparkSession, name: str, settings: PlatformSettings, dry_run: bool = False) -> list[str]:
     """Delta's ``VACUUM``: delete files that no version younger than the table's retention
     (``delta.deletedFileRetentionDuration``, 7 days unless changed with ``ALTER TABLE … SET
     TBLPROPERTIES``) references, including files of writes killed before their commit. Delta's
     retention check stays on. Returns the files deleted (or, dry, that would be)."""
-    spark = get_spark(settings)
     if not table_exists(name, settings, spark):
         return []
     statement = f"VACUUM delta.`{table_location(name, settings)}`"

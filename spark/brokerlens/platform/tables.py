@@ -43,7 +43,6 @@ from pyspark.sql import types as T
 from . import jvm
 from .schemas import TableSchema, table_schema
 from .settings import PlatformSettings
-from .spark import get_spark
 
 log = logging.getLogger(__name__)
 
@@ -82,13 +81,12 @@ def table_location(name: str, settings: PlatformSettings) -> str:
     return f"{settings.lake_uri.rstrip('/')}/{name}"
 
 
-def table_exists(name: str, settings: PlatformSettings, spark: SparkSession | None = None) -> bool:
-    return DeltaTable.isDeltaTable(spark or get_spark(settings), table_location(name, settings))
+def table_exists(name: str, settings: PlatformSettings, spark: SparkSession) -> bool:
+    return DeltaTable.isDeltaTable(spark, table_location(name, settings))
 
 
-def table_version(name: str, settings: PlatformSettings, spark: SparkSession | None = None) -> int | None:
+def table_version(name: str, settings: PlatformSettings, spark: SparkSession) -> int | None:
     """The table's latest version, None if it has never been written."""
-    spark = spark or get_spark(settings)
     if not table_exists(name, settings, spark):
         return None
     return next(latest_commits(spark, table_location(name, settings), 1))[0]
@@ -121,15 +119,14 @@ def read_table(
     name: str,
     version: int | None = None,
     timestamp: datetime | str | None = None,
-    spark: SparkSession | None = None,
     *,
+    spark: SparkSession,
     settings: PlatformSettings,
 ) -> DataFrame:
     """The table as a DataFrame: latest, or as of a version or a timestamp (time travel).
 
     A table that has never been written reads as empty, with its schema.
     """
-    spark = spark or get_spark(settings)
     schema = table_schema(name)
     if version is not None and timestamp is not None:
         raise TableError("give a version or a timestamp, not both")
@@ -165,10 +162,9 @@ def conform(df: DataFrame, schema: TableSchema) -> DataFrame:
     return df.select(*[F.col(c.name).cast(c.spark_type).alias(c.name) for c in schema.columns])
 
 
-def ensure_table(name: str, spark: SparkSession | None, settings: PlatformSettings) -> None:
+def ensure_table(name: str, spark: SparkSession, settings: PlatformSettings) -> None:
     """Create the table, empty, with its schema, partitioning and descriptions from ``schemas/``
     if it does not exist yet (a table created concurrently by another writer is fine)."""
-    spark = spark or get_spark(settings)
     if table_exists(name, settings, spark):
         return
     schema = table_schema(name)

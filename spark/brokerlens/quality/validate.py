@@ -21,13 +21,13 @@ from datetime import date, datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from brokerlens.platform.redact import redact
 from brokerlens.platform.schemas import package_data, table_schemas
 from brokerlens.platform.settings import PlatformSettings
-from brokerlens.platform.spark import get_spark, in_parallel
+from brokerlens.platform.spark import in_parallel
 from brokerlens.platform.stage import StageFailed, StageResult
 from brokerlens.platform.tables import read_table, write_table
 from brokerlens.platform.times import json_default
@@ -109,10 +109,9 @@ def _severity(meta: dict, settings: PlatformSettings, day: date) -> str:
     return meta.get("severity", WARNING)
 
 
-def validate_day(day: date, settings: PlatformSettings, layer: str | None = None) -> StageResult:
+def validate_day(spark: SparkSession, day: date, settings: PlatformSettings, layer: str | None = None) -> StageResult:
     if layer is not None and layer not in LAYERS:
         raise ValueError(f"validate layer must be one of {', '.join(LAYERS)}, not {layer!r}")
-    spark = get_spark(settings)
     result = StageResult(f"validate {layer}" if layer else "validate", day)
     run_at = datetime.now(timezone.utc).replace(microsecond=0)
     context = _context()
@@ -121,7 +120,10 @@ def validate_day(day: date, settings: PlatformSettings, layer: str | None = None
     suites = {t: doc for t, doc in load_suites().items() if layer in (None, layers.get(t))}
     # A suite is many small Spark jobs whose time is mostly the driver's: the tables' suites run
     # at once, and their results are read in the suites' order.
-    runs = [_suite_run(context, table, doc, read_table(table, settings=settings).where(F.col("day") == F.lit(day)).persist()) for table, doc in suites.items()]
+    runs = [
+        _suite_run(context, table, doc, read_table(table, spark=spark, settings=settings).where(F.col("day") == F.lit(day)).persist())
+        for table, doc in suites.items()
+    ]
     for table, (count, outcome) in zip(suites, in_parallel(spark, runs)):
         for item in outcome.results:
             doc: dict[str, Any] = item.to_json_dict()
@@ -154,7 +156,7 @@ def validate_day(day: date, settings: PlatformSettings, layer: str | None = None
                     f" {row['detail']}".rstrip()
                 )
             (failures if severity == CRITICAL else warnings).append(line)
-    history = spark.createDataFrame(rows, read_table("validation_results", settings=settings).schema)
+    history = spark.createDataFrame(rows, read_table("validation_results", spark=spark, settings=settings).schema)
     result.writes.append(write_table(history, "validation_results", mode="append", settings=settings))
     folder = settings.reports / "validation" / day.isoformat()
     folder.mkdir(parents=True, exist_ok=True)

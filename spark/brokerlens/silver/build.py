@@ -18,11 +18,11 @@ from __future__ import annotations
 from datetime import date
 from functools import partial
 
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from brokerlens.platform.settings import PlatformSettings
-from brokerlens.platform.spark import get_spark, in_parallel
+from brokerlens.platform.spark import in_parallel
 from brokerlens.platform.stage import StageResult
 from brokerlens.platform.tables import read_table, write_table
 
@@ -32,18 +32,17 @@ from .limits import rate_limits
 from .producers import producer_snapshots
 
 
-def build_silver(day: date, settings: PlatformSettings) -> StageResult:
-    spark = get_spark(settings)
+def build_silver(spark: SparkSession, day: date, settings: PlatformSettings) -> StageResult:
     result = StageResult("silver", day)
 
     def bronze(name: str) -> DataFrame:
-        return read_table(name, settings=settings).where(F.col("day") == F.lit(day))
+        return read_table(name, spark=spark, settings=settings).where(F.col("day") == F.lit(day))
 
     topic_stats = bronze("bronze_topic_stats").persist()
     internal = bronze("bronze_internal_stats")
     dispatch = bronze("bronze_dispatch").persist()
     metrics = bronze("bronze_metrics").where(F.col("metric").isin(*OUT_COUNTERS, *CURSOR_RANGES_METRICS))
-    policies = read_table("bronze_policies", settings=settings).where(F.col("day") <= F.lit(day))
+    policies = read_table("bronze_policies", spark=spark, settings=settings).where(F.col("day") <= F.lit(day))
     tables = {
         "dispatch_intervals": dispatch_intervals(dispatch, topic_stats, metrics),
         "cursor_snapshots": cursor_snapshots(internal, topic_stats, metrics),

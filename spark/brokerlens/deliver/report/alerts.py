@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from datetime import date
 
+from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from brokerlens.deliver.settings import DeliverStepSettings
@@ -17,7 +18,7 @@ from .links import subscription_anchor
 STATE_ORDER = {"escalated": 0, "new": 1, "ongoing": 2, "resolved": 3}
 
 
-def alert_section(day: date, settings: DeliverStepSettings, headline: list[Number]) -> Section:
+def alert_section(spark: SparkSession, day: date, settings: DeliverStepSettings, headline: list[Number]) -> Section:
     section = Section(
         "alerts",
         "Hole-risk alerts",
@@ -25,9 +26,9 @@ def alert_section(day: date, settings: DeliverStepSettings, headline: list[Numbe
         "threshold, forecast when the trend reaches the cap within the horizon. The state follows "
         "the alert across days, so an unchanged alert is not mailed every day.",
     )
-    alerts = day_rows("hole_alerts", day, settings)
+    alerts = day_rows(spark, "hole_alerts", day, settings)
     counts = collect(alerts.groupBy("state", "severity").count())
-    sent = day_rows("alert_notifications", day, settings).where(F.col("status") == "sent")
+    sent = day_rows(spark, "alert_notifications", day, settings).where(F.col("status") == "sent")
     mails = first(sent.agg(F.count(F.lit(1)).alias("mails"), F.countDistinct("group_name").alias("groups")))
     by_state = {s: sum(c["count"] for c in counts if c["state"] == s) for s in STATE_ORDER}
     by_severity = {s: sum(c["count"] for c in counts if c["severity"] == s) for s in ("critical", "warning", "forecast")}

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import date
 
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from brokerlens.deliver.settings import DeliverStepSettings
@@ -65,8 +65,8 @@ class Section:
 # ---------------------------------------------------------------------------- helpers
 
 
-def day_rows(name: str, day: date, settings: DeliverStepSettings) -> DataFrame:
-    return read_table(name, settings=settings).where(F.col("day") == F.lit(day))
+def day_rows(spark: SparkSession, name: str, day: date, settings: DeliverStepSettings) -> DataFrame:
+    return read_table(name, spark=spark, settings=settings).where(F.col("day") == F.lit(day))
 
 
 def fmt(value, digits: int = 0) -> str:

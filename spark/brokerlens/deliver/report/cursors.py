@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from datetime import date, datetime, timedelta, timezone
 
+from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from brokerlens.deliver.settings import DeliverStepSettings
-from brokerlens.platform.spark import get_spark
 from brokerlens.platform.tables import read_table
 from brokerlens.platform.times import collect, first
 
@@ -19,7 +19,7 @@ from .charts import cursor_chart
 CURSOR_BUCKET_SECONDS = 600
 
 
-def cursor_section(day: date, settings: DeliverStepSettings, headline: list[Number]) -> Section:
+def cursor_section(spark: SparkSession, day: date, settings: DeliverStepSettings, headline: list[Number]) -> Section:
     section = Section(
         "cursors",
         "Closest to the unacked-range cap",
@@ -32,7 +32,7 @@ def cursor_section(day: date, settings: DeliverStepSettings, headline: list[Numb
     )
     from pyspark.sql import Window
 
-    today = day_rows("cursor_ranges", day, settings)
+    today = day_rows(spark, "cursor_ranges", day, settings)
     by_sub = Window.partitionBy(*SUBSCRIPTION)
     last = (
         today.withColumn("_n", F.row_number().over(by_sub.orderBy(F.desc("snapshot_at"))))
@@ -63,7 +63,7 @@ def cursor_section(day: date, settings: DeliverStepSettings, headline: list[Numb
     ]
     headline += [section.numbers[1], section.numbers[3]]
 
-    alerts = day_rows("hole_alerts", day, settings).select(*SUBSCRIPTION, "warning_threshold")
+    alerts = day_rows(spark, "hole_alerts", day, settings).select(*SUBSCRIPTION, "warning_threshold")
     ranked = (
         last.where(F.col("ranges") > 0)
         .join(alerts, list(SUBSCRIPTION), "left")
@@ -121,9 +121,9 @@ def cursor_section(day: date, settings: DeliverStepSettings, headline: list[Numb
 
     top = rows[: settings.report.top_subscriptions]
     first_day = day - timedelta(days=settings.report.trend_days - 1)
-    top_df = get_spark(settings).createDataFrame([tuple(r[k] for k in SUBSCRIPTION) for r in top], today.select(*SUBSCRIPTION).schema)
+    top_df = spark.createDataFrame([tuple(r[k] for k in SUBSCRIPTION) for r in top], today.select(*SUBSCRIPTION).schema)
     buckets = collect(
-        read_table("cursor_ranges", settings=settings)
+        read_table("cursor_ranges", spark=spark, settings=settings)
         .where(F.col("day").between(F.lit(first_day), F.lit(day)) & F.col("ranges").isNotNull())
         .join(F.broadcast(top_df), list(SUBSCRIPTION))
         .withColumn(

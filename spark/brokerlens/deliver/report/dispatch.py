@@ -6,11 +6,10 @@ from __future__ import annotations
 
 from datetime import date, datetime, timezone
 
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from brokerlens.deliver.settings import DeliverStepSettings
-from brokerlens.platform.spark import get_spark
 from brokerlens.platform.times import collect, first
 
 from .blocks import Number, Section, Table, day_rows, fmt, fmt_bytes, limited, pct, short_topic
@@ -54,7 +53,7 @@ def _scrape_note(rows: list) -> str:
     )
 
 
-def dispatch_section(day: date, settings: DeliverStepSettings, headline: list[Number]) -> Section:
+def dispatch_section(spark: SparkSession, day: date, settings: DeliverStepSettings, headline: list[Number]) -> Section:
     section = Section(
         "dispatch",
         "Over-delivery and debt",
@@ -62,7 +61,7 @@ def dispatch_section(day: date, settings: DeliverStepSettings, headline: list[Nu
         "Pulsar charges the excess to the following periods as debt; a scope with no allowance left "
         "is starved. Charts: over-delivery per minute and the debt carried out, for the worst scopes.",
     )
-    daily = day_rows("dispatch_daily", day, settings)
+    daily = day_rows(spark, "dispatch_daily", day, settings)
     s = first(
         daily.agg(
             F.count(F.lit(1)).alias("scopes"),
@@ -137,9 +136,9 @@ def dispatch_section(day: date, settings: DeliverStepSettings, headline: list[Nu
     )
 
     top = rows[: settings.report.top_scopes]
-    top_df = get_spark(settings).createDataFrame([tuple(r[k] for k in SCOPE) for r in top], daily.select(*SCOPE).schema)
+    top_df = daily.sparkSession.createDataFrame([tuple(r[k] for k in SCOPE) for r in top], daily.select(*SCOPE).schema)
     minutes = collect(
-        _null_safe_join(day_rows("dispatch_periods", day, settings), top_df, SCOPE)
+        _null_safe_join(day_rows(spark, "dispatch_periods", day, settings), top_df, SCOPE)
         .withColumn("minute", F.floor((F.unix_timestamp("period_start") - _epoch(day)) / 60).cast("int"))
         .groupBy(*SCOPE, "minute")
         .agg(

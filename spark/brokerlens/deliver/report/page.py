@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from datetime import date, datetime, timezone
 
+from pyspark.sql import SparkSession
+
 from brokerlens.deliver.settings import DeliverStepSettings
 from brokerlens.platform.progress import progress
 from brokerlens.platform.redact import redact
@@ -65,27 +67,27 @@ def render_html(day: date, sections: list[Section], headline: list[Number], sour
     )
 
 
-def _source_versions(settings: DeliverStepSettings) -> list[tuple[str, str]]:
+def _source_versions(spark: SparkSession, settings: DeliverStepSettings) -> list[tuple[str, str]]:
     out = []
     for name in SOURCE_TABLES:
         if name in table_schemas():
-            version = table_version(name, settings)
+            version = table_version(name, settings, spark)
             out.append((name, "not written yet" if version is None else f"version {version}"))
     return out
 
 
-def report_day(day: date, settings: DeliverStepSettings) -> StageResult:
+def report_day(spark: SparkSession, day: date, settings: DeliverStepSettings) -> StageResult:
     """Write the day's HTML report; the result says where it is."""
     result = StageResult("report", day)
     headline: list[Number] = []
     sections = []
     with progress(f"report {day}", total=len(SECTIONS), unit="sections") as step:
         for build in SECTIONS:
-            section = build(day, settings, headline)
+            section = build(spark, day, settings, headline)
             step.note(f"{section.id} ({len(section.charts)} charts)")
             step.advance()
             sections.append(section)
-    html = render_html(day, sections, headline, _source_versions(settings))
+    html = render_html(day, sections, headline, _source_versions(spark, settings))
     path = report_path(day, settings)
     path.parent.mkdir(parents=True, exist_ok=True)
     # Write then rename: the file a mail links to is never half written.

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from datetime import date
 
+from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from brokerlens.deliver.settings import DeliverStepSettings
@@ -14,7 +15,7 @@ from brokerlens.platform.times import first
 from .blocks import Number, Section, Table, day_rows, fmt, limited, pct, short_topic
 
 
-def producer_section(day: date, settings: DeliverStepSettings, headline: list[Number]) -> Section:
+def producer_section(spark: SparkSession, day: date, settings: DeliverStepSettings, headline: list[Number]) -> Section:
     section = Section(
         "producers",
         "Producer lint findings",
@@ -22,8 +23,8 @@ def producer_section(day: date, settings: DeliverStepSettings, headline: list[Nu
         "pending queue, pending messages across partitions, memory limit, batch bytes, partition "
         "switch frequency, blockIfQueueFull), and how the producers behaved over the day.",
     )
-    lint = day_rows("producer_lint", day, settings)
-    health = day_rows("producer_health", day, settings)
+    lint = day_rows(spark, "producer_lint", day, settings)
+    health = day_rows(spark, "producer_health", day, settings)
     s = first(
         lint.agg(
             F.sum(F.when(F.col("severity") == "error", 1).otherwise(0)).alias("errors"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from datetime import date
 
+from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from brokerlens.deliver.settings import DeliverStepSettings
@@ -13,7 +14,7 @@ from brokerlens.platform.times import first
 from .blocks import Number, Section, Table, day_rows, fmt, hhmm, limited
 
 
-def quality_section(day: date, settings: DeliverStepSettings, headline: list[Number]) -> Section:
+def quality_section(spark: SparkSession, day: date, settings: DeliverStepSettings, headline: list[Number]) -> Section:
     section = Section(
         "quality",
         "Data-quality results",
@@ -23,7 +24,7 @@ def quality_section(day: date, settings: DeliverStepSettings, headline: list[Num
     )
     from pyspark.sql import Window
 
-    results = day_rows("validation_results", day, settings)
+    results = day_rows(spark, "validation_results", day, settings)
     # Per table: the daily DAG validates bronze and silver in two runs.
     latest = (
         results.withColumn("_last_run", F.max("run_at").over(Window.partitionBy("table_name"))).where(F.col("run_at") == F.col("_last_run")).drop("_last_run")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from datetime import date
 
+from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from brokerlens.deliver.settings import DeliverStepSettings
@@ -12,14 +13,14 @@ from brokerlens.deliver.settings import DeliverStepSettings
 from .blocks import Number, Section, Table, day_rows, fmt, limited
 
 
-def quarantine_section(day: date, settings: DeliverStepSettings, headline: list[Number]) -> Section:
+def quarantine_section(spark: SparkSession, day: date, settings: DeliverStepSettings, headline: list[Number]) -> Section:
     section = Section(
         "quarantine",
         "Quarantined records",
         "Landing records that could not be used, by stage, landing kind and reason. Nothing is "
         "dropped silently: each record is in the quarantine table with its file, line and reason.",
     )
-    q = day_rows("quarantine", day, settings)
+    q = day_rows(spark, "quarantine", day, settings)
     counts = q.groupBy("stage", "kind", "reason").count().orderBy(F.desc("count"), "stage", "kind", "reason")
     total = q.count()
     rows, more = limited(counts, settings.report.max_rows)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from datetime import date
 
+from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from brokerlens.deliver.settings import DeliverStepSettings
@@ -13,7 +14,7 @@ from brokerlens.platform.times import first
 from .blocks import Number, Section, Table, day_rows, fmt, limited, short_topic
 
 
-def reload_section(day: date, settings: DeliverStepSettings, headline: list[Number]) -> Section:
+def reload_section(spark: SparkSession, day: date, settings: DeliverStepSettings, headline: list[Number]) -> Section:
     section = Section(
         "reloads",
         "Topic reloads",
@@ -22,7 +23,7 @@ def reload_section(day: date, settings: DeliverStepSettings, headline: list[Numb
         "keeps the first cap + 1 ranges, a crash what the cursor ledger holds; the observed loss is "
         "the acknowledged entries missing after it (else the backlog jump).",
     )
-    events = day_rows("reload_events", day, settings)
+    events = day_rows(spark, "reload_events", day, settings)
     lost = events.where("lost_acknowledgements")
     total, lost_count = events.count(), lost.count()
     headline.append(Number("reloads that lost acknowledgements", fmt(lost_count), "bad" if lost_count else "good"))

@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 from datetime import date, timedelta
 
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from brokerlens.gold.brokers import version_metrics
@@ -25,7 +25,7 @@ from .scopes import SCOPE
 log = logging.getLogger(__name__)
 
 
-def build_dispatch(day: date, settings: DispatchStepSettings) -> StageResult:
+def build_dispatch(spark: SparkSession, day: date, settings: DispatchStepSettings) -> StageResult:
     """Build step: ``dispatch_periods``, ``debt_state`` and ``dispatch_daily`` for ``day``.
 
     Starts from the closing debt of ``day - 1`` in ``debt_state`` (zero debt if that day was
@@ -34,10 +34,10 @@ def build_dispatch(day: date, settings: DispatchStepSettings) -> StageResult:
     day. The cascade stops at the first day whose closing debt does not change.
     """
     result = StageResult("build dispatch", day)
-    built = _built_days(settings)
+    built = _built_days(spark, settings)
     current, first = day, True
     while True:
-        changed = _build_one(current, settings, result, summary=first)
+        changed = _build_one(spark, current, settings, result, summary=first)
         following = current + timedelta(days=1)
         if not changed or following not in built:
             break
@@ -49,23 +49,23 @@ def build_dispatch(day: date, settings: DispatchStepSettings) -> StageResult:
     return result
 
 
-def _built_days(settings: DispatchStepSettings) -> set[date]:
-    state = read_table("debt_state", settings=settings)
+def _built_days(spark: SparkSession, settings: DispatchStepSettings) -> set[date]:
+    state = read_table("debt_state", spark=spark, settings=settings)
     return {r["day"] for r in state.select("day").distinct().collect()}  # one row per built day
 
 
-def _build_one(day: date, settings: DispatchStepSettings, result: StageResult, summary: bool) -> bool:
+def _build_one(spark: SparkSession, day: date, settings: DispatchStepSettings, result: StageResult, summary: bool) -> bool:
     """Build one day; True when its closing debt differs from the one stored before."""
-    intervals = read_table("dispatch_intervals", settings=settings).where(F.col("day") == F.lit(day))
-    limits = read_table("rate_limits", settings=settings).where(F.col("day") == F.lit(day))
-    state = read_table("debt_state", settings=settings)
+    intervals = read_table("dispatch_intervals", spark=spark, settings=settings).where(F.col("day") == F.lit(day))
+    limits = read_table("rate_limits", spark=spark, settings=settings).where(F.col("day") == F.lit(day))
+    state = read_table("debt_state", spark=spark, settings=settings)
     opening = state.where(F.col("day") == F.lit(day - timedelta(days=1))).cache()
     previous = state.where(F.col("day") == F.lit(day)).cache()
     previous.count()  # pin the stored closing debt before it is replaced
 
-    models = _day_models(day, settings, intervals, opening).cache()
+    models = _day_models(spark, day, settings, intervals, opening).cache()
     # The day before too: the latest snapshot at or before the day's first periods.
-    snapshots = read_table("cursor_snapshots", settings=settings).where(F.col("day").between(F.lit(day - timedelta(days=1)), F.lit(day)))
+    snapshots = read_table("cursor_snapshots", spark=spark, settings=settings).where(F.col("day").between(F.lit(day - timedelta(days=1)), F.lit(day)))
     partition = [{"day": day}]
     result.writes.append(
         write_table(
@@ -76,17 +76,17 @@ def _build_one(day: date, settings: DispatchStepSettings, result: StageResult, s
             settings=settings,
         )
     )
-    periods = read_table("dispatch_periods", settings=settings).where(F.col("day") == F.lit(day))
+    periods = read_table("dispatch_periods", spark=spark, settings=settings).where(F.col("day") == F.lit(day))
     closing = closing_debt(periods, limits, opening, day).cache()
     old = previous.select(*SCOPE, "debt_msgs", "debt_bytes")
     new = closing.select(*SCOPE, "debt_msgs", "debt_bytes")
     changed = bool(old.exceptAll(new).limit(1).count() or new.exceptAll(old).limit(1).count())
     result.writes.append(merge_table(closing, "debt_state", partition, settings=settings))
-    topic_stats = read_table("bronze_topic_stats", settings=settings).where(F.col("day") == F.lit(day))
+    topic_stats = read_table("bronze_topic_stats", spark=spark, settings=settings).where(F.col("day") == F.lit(day))
     daily = dispatch_daily(periods, opening, closing, day, throttle_events(topic_stats), models)
     result.writes.append(write_table(daily, "dispatch_daily", "replace", partition, settings=settings))
     if summary:
-        stored = read_table("dispatch_daily", settings=settings).where(F.col("day") == F.lit(day))
+        stored = read_table("dispatch_daily", spark=spark, settings=settings).where(F.col("day") == F.lit(day))
         totals = stored.agg(
             F.count(F.lit(1)).alias("scopes"),
             F.sum((F.col("periods_over") > 0).cast("int")).alias("scopes_over"),
@@ -113,12 +113,12 @@ def _build_one(day: date, settings: DispatchStepSettings, result: StageResult, s
     return changed
 
 
-def _day_models(day: date, settings: DispatchStepSettings, intervals: DataFrame, opening: DataFrame) -> DataFrame:
+def _day_models(spark: SparkSession, day: date, settings: DispatchStepSettings, intervals: DataFrame, opening: DataFrame) -> DataFrame:
     """``limiter_models`` and ``counting_rules`` for the brokers with dispatch rows or carried debt
     on ``day``."""
     brokers = intervals.select("cluster", "broker").unionByName(opening.select("cluster", "broker")).distinct()
-    policies = read_table("bronze_policies", settings=settings).where(F.col("day") <= F.lit(day))
-    metrics = version_metrics(day, settings)
+    policies = read_table("bronze_policies", spark=spark, settings=settings).where(F.col("day") <= F.lit(day))
+    metrics = version_metrics(spark, day, settings)
     cfg = settings.dispatch
     defaults = {
         NON_BACKLOG_KEY: cfg.dispatch_throttling_on_non_backlog_consumer_enabled,

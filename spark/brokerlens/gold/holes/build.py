@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from datetime import date, datetime, time, timedelta, timezone
 
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from brokerlens.gold.brokers import version_metrics
@@ -51,61 +51,63 @@ def _quarantine_rows(malformed: DataFrame, day: date) -> DataFrame:
     )
 
 
-def replace_quarantine(rows: DataFrame, day: date, stage: str, kind: str, settings: HolesStepSettings) -> WriteResult:
+def replace_quarantine(spark: SparkSession, rows: DataFrame, day: date, stage: str, kind: str, settings: HolesStepSettings) -> WriteResult:
     """Replace this (day, stage, kind)'s quarantine rows, keeping other kinds of the same stage."""
-    others = read_table("quarantine", settings=settings).filter((F.col("day") == F.lit(day)) & (F.col("stage") == stage) & (F.col("kind") != kind))
+    others = read_table("quarantine", spark=spark, settings=settings).filter((F.col("day") == F.lit(day)) & (F.col("stage") == stage) & (F.col("kind") != kind))
     return write_table(others.unionByName(rows), "quarantine", mode="replace", partitions=[{"day": day, "stage": stage}], settings=settings)
 
 
-def build_holes(day: date, settings: HolesStepSettings) -> StageResult:
+def build_holes(spark: SparkSession, day: date, settings: HolesStepSettings) -> StageResult:
     from brokerlens.platform.schemas import table_schema
 
     result = StageResult("holes", day)
     alerts = settings.alerts
     on_day = F.col("day") == F.lit(day)
-    snapshots = read_table("cursor_snapshots", settings=settings).filter(on_day)
-    policies = read_table("bronze_policies", settings=settings).where(F.col("day") <= F.lit(day))
-    metrics = version_metrics(day, settings)
+    snapshots = read_table("cursor_snapshots", spark=spark, settings=settings).filter(on_day)
+    policies = read_table("bronze_policies", spark=spark, settings=settings).where(F.col("day") <= F.lit(day))
+    metrics = version_metrics(spark, day, settings)
     rows, _ = cursor_ranges_frame(snapshots, policies, metrics, day, alerts)
     window_start = datetime.combine(day, time(), tzinfo=timezone.utc) - timedelta(hours=alerts.growth_window_hours)
-    previous = read_table("cursor_ranges", settings=settings).filter(
+    previous = read_table("cursor_ranges", spark=spark, settings=settings).filter(
         (F.col("day") == F.lit(day - timedelta(days=1))) & (F.col("snapshot_at") >= F.lit(window_start))
     )
     cursor_ranges = with_growth(rows, previous, day, alerts).select(*table_schema("cursor_ranges").column_names)
     result.writes.append(write_table(cursor_ranges, "cursor_ranges", mode="replace", partitions=[{"day": day}], settings=settings))
-    built = read_table("cursor_ranges", settings=settings).filter(on_day)
+    built = read_table("cursor_ranges", spark=spark, settings=settings).filter(on_day)
 
     # Only the few malformed snapshots are parsed again, for the quarantine's detail and raw text
     # (and a re-run that finds none clears the earlier rows).
     bad_keys = built.filter("ranges_malformed").select(*SNAPSHOT_KEY)
     result.metrics["malformed_ranges"] = bad_keys.count()
-    quarantined_before = read_table("quarantine", settings=settings).filter(on_day & (F.col("stage") == "build") & (F.col("kind") == "cursor_ranges"))
+    quarantined_before = read_table("quarantine", spark=spark, settings=settings).filter(
+        on_day & (F.col("stage") == "build") & (F.col("kind") == "cursor_ranges")
+    )
     if result.metrics["malformed_ranges"] or not quarantined_before.isEmpty():
         _, malformed = cursor_ranges_frame(snapshots.join(bad_keys, SNAPSHOT_KEY, "left_semi"), policies, metrics, day, alerts)
-        result.writes.append(replace_quarantine(_quarantine_rows(malformed, day), day, "build", "cursor_ranges", settings))
+        result.writes.append(replace_quarantine(spark, _quarantine_rows(malformed, day), day, "build", "cursor_ranges", settings))
 
     hole_alerts = hole_alerts_frame(
         built,
-        read_table("hole_alerts", settings=settings).filter(F.col("day") == F.lit(day - timedelta(days=1))),
-        read_table("alert_notifications", settings=settings).filter(F.col("status") == "sent"),
+        read_table("hole_alerts", spark=spark, settings=settings).filter(F.col("day") == F.lit(day - timedelta(days=1))),
+        read_table("alert_notifications", spark=spark, settings=settings).filter(F.col("status") == "sent"),
         day,
         alerts,
     )
     result.writes.append(write_table(hole_alerts, "hole_alerts", mode="replace", partitions=[{"day": day}], settings=settings))
-    counts = read_table("hole_alerts", settings=settings).filter(on_day).groupBy("severity", "state").count().collect()
+    counts = read_table("hole_alerts", spark=spark, settings=settings).filter(on_day).groupBy("severity", "state").count().collect()
     for r in sorted(counts, key=lambda r: (r["severity"] or "", r["state"])):
         result.metrics[f"alerts_{r['severity'] or 'none'}_{r['state']}"] = r["count"]
     # Reloads: the previous day's snapshots give the first one of the day its predecessor.
     days = (F.col("day") >= F.lit(day - timedelta(days=1))) & (F.col("day") <= F.lit(day))
     reloads = reload_events_frame(
-        read_table("cursor_ranges", settings=settings).filter(days),
-        read_table("bronze_topic_stats", settings=settings).filter(days),
-        read_table("bronze_internal_stats", settings=settings).filter(days),
+        read_table("cursor_ranges", spark=spark, settings=settings).filter(days),
+        read_table("bronze_topic_stats", spark=spark, settings=settings).filter(days),
+        read_table("bronze_internal_stats", spark=spark, settings=settings).filter(days),
         day,
     ).select(*table_schema("reload_events").column_names)
     result.writes.append(write_table(reloads, "reload_events", mode="replace", partitions=[{"day": day}], settings=settings))
     lost = (
-        read_table("reload_events", settings=settings)
+        read_table("reload_events", spark=spark, settings=settings)
         .filter(on_day)
         .agg(F.count("*").alias("n"), F.sum(F.col("lost_acknowledgements").cast("int")).alias("lost"))
         .first()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 from datetime import date
 
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from brokerlens.gold.producers.settings import ProducersStepSettings
@@ -22,13 +22,13 @@ from .publish_rate import publish_conformance
 log = logging.getLogger(__name__)
 
 
-def build_producers(day: date, settings: ProducersStepSettings) -> StageResult:
+def build_producers(spark: SparkSession, day: date, settings: ProducersStepSettings) -> StageResult:
     result = StageResult("producers", day)
     config = settings.producers
-    snapshots = read_table("producer_snapshots", settings=settings).where(F.col("day") == F.lit(day)).transform(with_config_hash).cache()
+    snapshots = read_table("producer_snapshots", spark=spark, settings=settings).where(F.col("day") == F.lit(day)).transform(with_config_hash).cache()
     configs = configurations(snapshots)
     findings = lint(configs).cache()
-    brokers = broker_view(read_table("bronze_topic_stats", settings=settings).where(F.col("day") == F.lit(day)))
+    brokers = broker_view(read_table("bronze_topic_stats", spark=spark, settings=settings).where(F.col("day") == F.lit(day)))
 
     def write(df: DataFrame, table: str) -> None:
         columns = table_schema(table).column_names  # working columns stay behind
