@@ -10,7 +10,8 @@ from datetime import date
 
 from landing_helpers import FIXTURES, install_fixtures, rows
 
-from brokerlens.land import dispatch, land_day, land_kind, metrics, survey_day
+from brokerlens.land import dispatch, metrics
+from brokerlens.land.bronze import land_day, land_kind, survey_day
 from brokerlens.land.metrics import samples_not_landed
 from brokerlens.land.settings import LandSettings
 from brokerlens.platform.tables import read_table

@@ -15,7 +15,8 @@ from pathlib import Path
 
 from landing_helpers import FIXTURES, install_fixtures
 
-from brokerlens.land import dispatch, land_day, land_kind, metrics, topic_stats
+from brokerlens.land import dispatch, metrics, topic_stats
+from brokerlens.land.bronze import land_day, land_kind
 from brokerlens.land.survey import (
     EMPTY_FILE,
     NOT_A_FILE,

@@ -12,7 +12,8 @@ from datetime import date
 
 import pytest
 
-from brokerlens.land import internal_stats, land_kind, topic_stats
+from brokerlens.land import internal_stats, topic_stats
+from brokerlens.land.bronze import land_kind
 
 DAY = date(2026, 11, 21)
 SUB = {"msgOutCounter": 5, "type": "Shared", "consumers": [{"a": 1}], "msgRateOut": 1.5}

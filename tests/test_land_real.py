@@ -14,7 +14,7 @@ from landing_helpers import rows
 from pyspark.sql import functions as F
 
 from brokerlens.gold.holes.ranges import parse_ranges, range_stats
-from brokerlens.land import land_day
+from brokerlens.land.bronze import land_day
 from brokerlens.platform.tables import read_table
 
 REAL = Path(__file__).parent / "fixtures" / "real"

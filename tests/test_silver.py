@@ -11,7 +11,7 @@ from datetime import date, datetime
 
 from landing_helpers import FIXTURES, install_fixtures, rows
 
-from brokerlens.land import land_day
+from brokerlens.land.bronze import land_day
 from brokerlens.platform.tables import read_table
 from brokerlens.silver.build import build_silver
 

@@ -12,7 +12,8 @@ from landing_helpers import install_fixtures
 from typer.testing import CliRunner
 
 from brokerlens.cli import app
-from brokerlens.land import dispatch, land_kind
+from brokerlens.land import dispatch
+from brokerlens.land.bronze import land_kind
 from brokerlens.platform.tables import read_table, write_table
 from brokerlens.quality.validate import load_suites
 

@@ -190,12 +190,13 @@ def sql(
     from brokerlens.deliver.query import QueryError, format_rows, run_sql
     from brokerlens.settings import get_settings
 
+    settings = get_settings()
     if query is None:
         from brokerlens.deliver.repl import repl
 
-        raise typer.Exit(repl(_spark(get_settings()), get_settings(), fmt.value))
+        raise typer.Exit(repl(_spark(settings), settings, fmt.value))
     try:
-        columns, rows = run_sql(_spark(get_settings()), query, get_settings())
+        columns, rows = run_sql(_spark(settings), query, settings)
     except QueryError as exc:
         _keep_trace(always=False)
         _fail(str(exc))
@@ -213,7 +214,8 @@ def tables(
 
     for name in names or []:
         table_schema(name)  # an unknown name fails with the list of known tables
-    for info in describe_tables(_spark(get_settings()), get_settings()):
+    settings = get_settings()
+    for info in describe_tables(_spark(settings), settings):
         if names and info.name not in names:
             continue
         version = "not written yet" if info.version is None else f"version {info.version}"
@@ -266,8 +268,10 @@ def vacuum_cmd(
     from brokerlens.platform.table_admin import vacuum
     from brokerlens.settings import get_settings
 
+    settings = get_settings()
+    spark = _spark(settings)
     for name in sorted(table_schemas()):
-        removed = vacuum(_spark(get_settings()), name, get_settings(), dry_run=dry_run)
+        removed = vacuum(spark, name, settings, dry_run=dry_run)
         if removed:
             typer.echo(f"{name}: {'would delete' if dry_run else 'deleted'} {len(removed)} files")
 

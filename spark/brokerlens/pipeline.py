@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 STAGES: dict[str, str] = {
     "demo-data": "brokerlens.sources.demo:generate_day",
     "collect": "brokerlens.sources.collect:collect",
-    "land": "brokerlens.land:land_day",
+    "land": "brokerlens.land.bronze:land_day",
     "validate": "brokerlens.quality.validate:validate_day",
     "build": "brokerlens.build:build_day",
     "alert": "brokerlens.deliver.alerting:alert_day",

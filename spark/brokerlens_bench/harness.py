@@ -183,7 +183,7 @@ def floor_schemas(spark, landing_day: Path) -> dict:
     """Per landing kind, its files and the explicit schema its floor reads them with: the schema
     Spark's JSON reader infers from those files (every field, not only those land uses), inferred
     here, outside any measurement; ``None`` for /metrics, which the text reader reads."""
-    from brokerlens.land import PARSERS
+    from brokerlens.land.bronze import PARSERS
 
     kinds = {}
     for parser in PARSERS:
@@ -222,7 +222,7 @@ def measure_floor(bench: Bench, landing_day: Path, out: Path) -> dict:
 def bench_landing(bench: Bench, work: Path, scales: tuple[float, ...], day: date) -> list[dict]:
     """demo-data landing files, then their floor (``landing_floor``) and ``land`` (landing →
     bronze) side by side, per demo scale."""
-    from brokerlens.land import land_day
+    from brokerlens.land.bronze import land_day
     from brokerlens.settings import Settings
     from brokerlens.sources.demo import generate_day as demo_day
 
