@@ -75,3 +75,15 @@ def test_a_stage_on_spark_is_given_its_session_and_the_others_none(tmp_path):
     with pytest.raises(ValueError, match="demo-data does not run on Spark"):
         pipeline.run_stage("demo-data", day, given, object(), scale=0.01)
     assert not given.landing.exists()
+
+
+def test_the_settings_are_read_without_spark():
+    """The edges read the settings before anything runs on Spark (a command that starts no JVM,
+    Airflow parsing the DAG file): no step's settings section pulls pyspark in."""
+    import subprocess
+    import sys
+
+    probe = "import sys, brokerlens.settings; print(sorted(m for m in sys.modules if m.split('.')[0] == 'pyspark')[:3])"
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]", f"importing brokerlens.settings imported {proc.stdout.strip()}"
