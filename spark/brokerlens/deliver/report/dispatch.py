@@ -136,7 +136,7 @@ def dispatch_section(spark: SparkSession, day: date, settings: DeliverStepSettin
     )
 
     top = rows[: settings.report.top_scopes]
-    top_df = daily.sparkSession.createDataFrame([tuple(r[k] for k in SCOPE) for r in top], daily.select(*SCOPE).schema)
+    top_df = spark.createDataFrame([tuple(r[k] for k in SCOPE) for r in top], daily.select(*SCOPE).schema)
     minutes = collect(
         _null_safe_join(day_rows(spark, "dispatch_periods", day, settings), top_df, SCOPE)
         .withColumn("minute", F.floor((F.unix_timestamp("period_start") - _epoch(day)) / 60).cast("int"))
