@@ -118,6 +118,7 @@ def test_duckdb_reference_matches_a_sequential_loop(tiny_input, tmp_path):
     assert any(r[3] > 0 for r in rows)  # the reference exercises over-delivery
 
 
+@pytest.mark.slow
 def test_duckdb_reference_agrees_with_dispatch_periods(spark, tiny_input, tmp_path):
     inputs, opening, _ = tiny_input
     bench.duckdb_dispatch(inputs, opening, tmp_path / "duck.parquet", threads=2)

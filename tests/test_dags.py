@@ -1,4 +1,7 @@
-"""Every DAG loads without errors, quickly and without side effects, and is wired as designed."""
+"""Every DAG loads without errors, quickly and without side effects, and is wired as designed.
+
+All of it loads Airflow (a DagBag in a new process, or the operators' module), so none of it is
+in make test-fast."""
 
 from __future__ import annotations
 
@@ -12,6 +15,8 @@ import pytest
 import yaml
 
 from airflow_harness import JIT_ENV, REPO, airflow_env
+
+pytestmark = pytest.mark.slow
 
 # Loads the DagBag in a fresh process (Airflow reads its configuration once per process) and
 # prints what the tests check, as JSON.
@@ -95,7 +100,6 @@ def tables_by_layer() -> dict[str, set[str]]:
     return out
 
 
-@pytest.mark.slow
 def test_every_dag_loads_fast_without_errors_or_side_effects(dags):
     assert dags["import_errors"] == {}
     assert set(dags["dags"]) == {"brokerlens_daily", "brokerlens_collect"}
@@ -175,7 +179,6 @@ def test_each_step_declares_the_tables_it_writes_as_assets(dags):
                 assert asset["uri"] == "x-brokerlens://reports/daily_report"
 
 
-@pytest.mark.slow
 def test_start_date_and_catchup_are_configurable(tmp_path):
     daily = describe_dags(tmp_path, BROKERLENS_START_DATE="2026-10-05", BROKERLENS_CATCHUP="false", BROKERLENS_DAG_RETRIES="0")["dags"]["brokerlens_daily"]
     assert daily["start_date"] == "2026-10-05T00:00:00+00:00"
@@ -186,7 +189,6 @@ def test_start_date_and_catchup_are_configurable(tmp_path):
     assert first_day >= date.today() - timedelta(days=2)
 
 
-@pytest.mark.slow
 def test_collection_dag_runs_only_with_a_cluster_url(dags, tmp_path):
     off = dags["dags"]["brokerlens_collect"]
     assert off["timetable"] == "NullTimetable" and off["paused_at_creation"] is True
@@ -199,7 +201,6 @@ def test_collection_dag_runs_only_with_a_cluster_url(dags, tmp_path):
     assert [b - a for a, b in zip(starts, starts[1:])] == [timedelta(minutes=5)] * 2
 
 
-@pytest.mark.slow
 def test_daily_dag_pulls_prometheus_first_when_configured(dags, tmp_path):
     assert "collect_prometheus" not in dags["dags"]["brokerlens_daily"]["tasks"]
     daily = describe_dags(tmp_path, BROKERLENS_PROMETHEUS_URL="http://prometheus:9090")["dags"]["brokerlens_daily"]

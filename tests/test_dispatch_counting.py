@@ -79,6 +79,7 @@ def test_non_backlog_consumers_are_not_charged_when_the_rule_is_off(spark):
         assert {r["limiter_model_source"] for r in daily.collect()} == {"test"}
 
 
+@pytest.mark.slow
 def test_cursor_turning_backlogged_starts_charging(spark):
     """Rule off, threshold 100. s1 caught up (backlog 50) at second 0, backlogged (backlog 100,
     consumers 2) from second 2, caught up again (backlog 0) at second 4. 30 delivered in each of

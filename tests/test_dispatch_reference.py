@@ -157,6 +157,7 @@ def property_seed() -> int:
     return int(explicit) if explicit else random.SystemRandom().randrange(2**32)
 
 
+@pytest.mark.slow
 def test_window_functions_match_sequential_reference(spark):
     """240 random series against the reference in one Spark job. Hypothesis would try the
     all-zero seed first and a job per example; a fresh seed per run, named on failure, keeps
@@ -249,6 +250,7 @@ def test_day_by_day_equals_one_run_and_rebuild_cascades(spark, settings):
     assert_day_matches_reference(spark, all_series, D2, settings)
 
 
+@pytest.mark.slow
 def test_worst_scopes_ranks_by_periods_over(spark):
     t0, t1 = partition("orders", 0), partition("orders", 1)
     intervals = [interval("subscription", s, 15, topic=t0, subscription="s1") for s in range(3)]
@@ -262,6 +264,7 @@ def test_worst_scopes_ranks_by_periods_over(spark):
     assert worst[0]["excess_msgs"] == 5 + 10 + 15 and worst[0]["main_cause"] == "other"
 
 
+@pytest.mark.slow
 def test_byte_over_delivery_is_the_byte_approximation(spark):
     """Over a byte limit, what redelivery does not explain is the byte approximation (issue 17)."""
     t = partition("orders", 0)

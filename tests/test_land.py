@@ -182,6 +182,7 @@ def check_landing_twice_gives_identical_tables(spark, settings):
     assert before == after
 
 
+@pytest.mark.slow
 def test_line_numbers_across_file_blocks(spark, settings):
     """A file split into many Spark blocks still gets its real line numbers."""
     folder = settings.landing / "2026-11-21" / "dispatch"
@@ -219,6 +220,7 @@ def test_every_table_is_read_or_says_why_it_is_kept():
     assert unread == []
 
 
+@pytest.mark.slow
 def test_metrics_land_the_analytics_families_and_count_the_rest(spark, settings):
     """By default only the /metrics families build reads land; the others are counted, not
     checked; a line that is no sample is quarantined whatever it holds; land.metric_families

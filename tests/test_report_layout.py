@@ -156,6 +156,7 @@ def test_mail_links_use_the_configured_base_url(monkeypatch):
     assert report_url(DAY, reload_settings()) == "https://ops.example.com/brokerlens/2026-11-21/brokerlens-2026-11-21.html"
 
 
+@pytest.mark.slow
 def test_scrape_grain_scopes_are_called_a_lower_bound(spark, settings):
     from brokerlens.deliver.report.dispatch import dispatch_section
 

@@ -56,6 +56,7 @@ def test_piped_queries_print_each_result_until_quit(spark, settings):
     assert "never run" not in text
 
 
+@pytest.mark.slow
 def test_end_of_input_ends_the_last_statement_and_errors_exit_2(spark, settings):
     seed_quarantine(spark, settings)
     out = CliRunner().invoke(cli.app, ["sql", "-f", "json"], input="SELECT * FROM no_such_table;\nSELECT count(*) AS n FROM quarantine")
@@ -65,6 +66,7 @@ def test_end_of_input_ends_the_last_statement_and_errors_exit_2(spark, settings)
     assert out.stdout.strip() == f'[{{"n": {len(REASONS)}}}]'
 
 
+@pytest.mark.slow
 def test_on_a_terminal_it_prompts_and_quits(brokerlens_command):
     """A real pseudo-terminal: prompts, \\d without Spark, \\q ends the session with code 0."""
     main, child = pty.openpty()

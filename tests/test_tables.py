@@ -121,6 +121,7 @@ def test_tables_are_registered_by_name_with_descriptions(spark, settings):
     assert spark.sql("SELECT count(*) AS n FROM debt_state").first()["n"] == 0
 
 
+@pytest.mark.slow
 def test_independent_readers_deltalake_and_duckdb(spark, settings):
     replace_day(spark, settings, D1, 3, "a")
     replace_day(spark, settings, D2, 2, "b")
