@@ -33,8 +33,8 @@ test-all: bootstrap lint ## every test, the heavy ones included
 	infra/install-test-tools.sh
 	$(VENV)/pytest $(PYTEST_ARGS)
 
-## make test-fast: the inner loop (about 3 minutes), the tests not marked slow (more than a few
-## seconds each: Airflow, whole CLI runs, whole stages), pulsar (the live broker) or heavy; it
+## make test-fast: the inner loop (2.5 minutes), the tests not marked slow (more than 5 s
+## each: Airflow, whole CLI runs, whole stages), pulsar (the live broker) or heavy; it
 ## installs the browser and Prometheus when missing, as make test does (a Prometheus test is in it)
 test-fast: bootstrap ## the inner loop: the tests of a few seconds each (no Airflow, live broker or whole stage)
 	infra/install-test-tools.sh
