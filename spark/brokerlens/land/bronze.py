@@ -53,8 +53,8 @@ def land_kind(spark: SparkSession, parser, day: date, settings: LandStepSettings
     if parser is metrics:
         # The samples of other families are dropped before anything is parsed: what lands is a few
         # percent of a page's lines. Kept once, on disk, those lines are what the duplicate check,
-        # the per-file summary and the rows read; each numbered and filtered the files' text
-        # again, nine passes over it per land on the large day.
+        # the per-file summary and the rows read; otherwise each of them numbers and filters the
+        # files' text again (nine passes over it per land on the large day, three with this).
         records = metrics.landed_records(records, settings.land).localCheckpoint(storageLevel=StorageLevel.DISK_ONLY)
     if not parser.WHOLE_FILE:  # whole files are judged for duplicates per envelope, inside
         records = mark_duplicates(records, within_file=getattr(parser, "DUPLICATES_WITHIN_FILE", False))
