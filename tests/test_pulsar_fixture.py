@@ -172,3 +172,14 @@ def test_free_ports_are_below_the_ephemeral_range():
     ports = {free_port() for _ in range(20)}
     assert all(LOWEST_PORT <= port < low for port in ports), ports
     assert len(ports) > 1
+
+
+def test_a_brokers_ports_are_all_different(monkeypatch):
+    """Each free_port call alone may return a port another returned (none is held until the broker
+    binds it): a broker's web port once came out as its bookie's. free_ports skips repeats and the
+    ports given as taken."""
+    import standalone
+
+    picks = iter([25001, 25001, 25002, 25003, 25002, 25004])
+    monkeypatch.setattr(standalone, "free_port", lambda: next(picks))
+    assert standalone.free_ports(3, taken=(25003,)) == [25001, 25002, 25004]

@@ -151,6 +151,17 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def free_ports(count: int, taken: tuple[int, ...] = ()) -> list[int]:
+    """``count`` different ports free on 127.0.0.1 now, none of ``taken``: each call of
+    :func:`free_port` alone may return a port another call returned, since none is held (a
+    broker's web port once came out as its bookie's, and the second to bind it failed)."""
+    ports: list[int] = []
+    while len(ports) < count:
+        if (port := free_port()) not in ports and port not in taken:
+            ports.append(port)
+    return ports
+
+
 class PulsarBroker:
     """One standalone broker. ``config`` overrides broker.conf keys (values written as given).
     ``interceptor=True`` loads brokerlens' broker interceptor (infra/pulsar/interceptor.py builds
@@ -175,7 +186,7 @@ class PulsarBroker:
                 "narExtractionDirectory": self.root / "nar",
                 **(config or {}),
             }
-        self.broker_port, self.web_port, self.bookie_port = free_port(), free_port(), free_port()
+        self.broker_port, self.web_port, self.bookie_port = free_ports(3)
         self.process: subprocess.Popen | None = None
         self.starts = 0
         self.log_offset = 0
@@ -260,10 +271,11 @@ class PulsarBroker:
                 self.kill()
                 if attempt == START_ATTEMPTS:
                     raise
-                self.broker_port, self.web_port = free_port(), free_port()
                 if first_start:
                     shutil.rmtree(self.root / "data", ignore_errors=True)
-                    self.bookie_port = free_port()
+                    self.broker_port, self.web_port, self.bookie_port = free_ports(3)
+                else:
+                    self.broker_port, self.web_port = free_ports(2, taken=(self.bookie_port,))
             except BaseException:
                 self.kill()
                 raise
