@@ -14,7 +14,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "infra" / "pulsar"))
 import fetch as pulsar_jars  # noqa: E402  (infra/pulsar/fetch.py: the pinned versions and the JAR cache)
 import interceptor as pulsar_interceptor  # noqa: E402  (infra/pulsar/interceptor.py: brokerlens' interceptor NAR)
-from standalone import LOWEST_PORT, BookieReadOnly, BrokerError, BrokerUnusable, PulsarBroker, free_port, free_ports  # noqa: E402  (infra/pulsar/standalone.py: one standalone)
+from standalone import LOWEST_PORT, BookieReadOnly, BrokerError, BrokerUnusable, PulsarBroker, free_port  # noqa: E402  (infra/pulsar/standalone.py: one standalone)
 
 __all__ = [
     "LOWEST_PORT",
@@ -25,7 +25,6 @@ __all__ = [
     "BrokerUnusable",
     "PulsarBroker",
     "free_port",
-    "free_ports",
     "pulsar_interceptor",
     "pulsar_jars",
     "skip_reason",

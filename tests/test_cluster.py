@@ -16,8 +16,7 @@ from pathlib import Path
 
 import pyspark
 import pytest
-from airflow_harness import REPO
-from pulsar_broker import free_ports
+from airflow_harness import REPO, free_port
 from deltalake import DeltaTable
 
 from brokerlens.platform.jars import session_jars
@@ -41,7 +40,7 @@ def launch(cls: str, *args: str, log: Path) -> subprocess.Popen:
 def cluster(tmp_path_factory):
     """One master and one worker (2 cores, 2 GB) on loopback; the master URL."""
     logs = tmp_path_factory.mktemp("spark-cluster")
-    port, ui, worker_ui = free_ports(3)  # different ports: none is bound before its process starts
+    port, ui = free_port(), free_port()
     master = launch("org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port), "--webui-port", str(ui), log=logs / "master.log")
     url = f"spark://127.0.0.1:{port}"
     worker = launch(
@@ -54,7 +53,7 @@ def cluster(tmp_path_factory):
         "--memory",
         "2g",
         "--webui-port",
-        str(worker_ui),
+        str(free_port()),
         log=logs / "worker.log",
     )
     try:

@@ -174,12 +174,12 @@ def test_free_ports_are_below_the_ephemeral_range():
     assert len(ports) > 1
 
 
-def test_a_brokers_ports_are_all_different(monkeypatch):
-    """Each free_port call alone may return a port another returned (none is held until the broker
-    binds it): a broker's web port once came out as its bookie's. free_ports skips repeats and the
-    ports given as taken."""
+def test_a_port_handed_out_is_not_handed_out_again(monkeypatch):
+    """None of free_port's ports is held until its server binds it: a later call must not return
+    it again (a broker's web port once came out as its bookie's)."""
     import standalone
 
-    picks = iter([25001, 25001, 25002, 25003, 25002, 25004])
-    monkeypatch.setattr(standalone, "free_port", lambda: next(picks))
-    assert standalone.free_ports(3, taken=(25003,)) == [25001, 25002, 25004]
+    monkeypatch.setattr(standalone, "_handed_out", set())
+    monkeypatch.setattr(standalone, "LOWEST_PORT", 25000)
+    monkeypatch.setattr(standalone, "_ephemeral_low", lambda: 25003)  # three ports to pick from
+    assert sorted(standalone.free_port() for _ in range(3)) == [25000, 25001, 25002]

@@ -19,6 +19,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -136,30 +137,31 @@ def _ephemeral_low() -> int:
         return 32768  # Linux's default
 
 
+# Ports this process has handed out. None is held until its server binds it, so without this a
+# later call could return it again (a broker's web port once came out as its bookie's, and the
+# second to bind it failed).
+_handed_out: set[int] = set()
+_handed_out_lock = threading.Lock()
+
+
 def free_port() -> int:
-    """A port free on 127.0.0.1 now, outside the ephemeral range when there is room below it."""
+    """A port free on 127.0.0.1 now, outside the ephemeral range when there is room below it, and
+    not handed out before by this process."""
     low, high = LOWEST_PORT, _ephemeral_low()
-    for port in random.sample(range(low, high), min(200, max(0, high - low))):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
+    with _handed_out_lock:
+        for port in random.sample(range(low, high), min(200, max(0, high - low))):
+            if port in _handed_out:
                 continue
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+            _handed_out.add(port)
             return port
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def free_ports(count: int, taken: tuple[int, ...] = ()) -> list[int]:
-    """``count`` different ports free on 127.0.0.1 now, none of ``taken``: each call of
-    :func:`free_port` alone may return a port another call returned, since none is held (a
-    broker's web port once came out as its bookie's, and the second to bind it failed)."""
-    ports: list[int] = []
-    while len(ports) < count:
-        if (port := free_port()) not in ports and port not in taken:
-            ports.append(port)
-    return ports
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            return s.getsockname()[1]
 
 
 class PulsarBroker:
@@ -186,7 +188,7 @@ class PulsarBroker:
                 "narExtractionDirectory": self.root / "nar",
                 **(config or {}),
             }
-        self.broker_port, self.web_port, self.bookie_port = free_ports(3)
+        self.broker_port, self.web_port, self.bookie_port = free_port(), free_port(), free_port()
         self.process: subprocess.Popen | None = None
         self.starts = 0
         self.log_offset = 0
@@ -271,11 +273,10 @@ class PulsarBroker:
                 self.kill()
                 if attempt == START_ATTEMPTS:
                     raise
+                self.broker_port, self.web_port = free_port(), free_port()
                 if first_start:
                     shutil.rmtree(self.root / "data", ignore_errors=True)
-                    self.broker_port, self.web_port, self.bookie_port = free_ports(3)
-                else:
-                    self.broker_port, self.web_port = free_ports(2, taken=(self.bookie_port,))
+                    self.bookie_port = free_port()
             except BaseException:
                 self.kill()
                 raise
