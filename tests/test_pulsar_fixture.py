@@ -183,3 +183,6 @@ def test_a_port_handed_out_is_not_handed_out_again(monkeypatch):
     monkeypatch.setattr(standalone, "LOWEST_PORT", 25000)
     monkeypatch.setattr(standalone, "_ephemeral_low", lambda: 25003)  # three ports to pick from
     assert sorted(standalone.free_port() for _ in range(3)) == [25000, 25001, 25002]
+    # Then none is left below the ephemeral range: the kernel's picks are not repeated either.
+    more = [standalone.free_port() for _ in range(50)]
+    assert len(set(more)) == 50 and min(more) >= 25003, more

@@ -159,9 +159,13 @@ def free_port() -> int:
                     continue
             _handed_out.add(port)
             return port
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind(("127.0.0.1", 0))
-            return s.getsockname()[1]
+        while True:  # none free below: one the kernel gives from the ephemeral range
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                s.bind(("127.0.0.1", 0))
+                port = s.getsockname()[1]
+            if port not in _handed_out:
+                _handed_out.add(port)
+                return port
 
 
 class PulsarBroker:
