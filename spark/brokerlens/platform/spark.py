@@ -188,9 +188,12 @@ def in_parallel(spark: SparkSession, calls: Sequence[Callable[[], _T]], threads:
     Spark application. The threads take the caller's Spark job group and local properties (the
     stage server cancels a stage by its group). The first failure is raised once the calls
     already started have ended."""
-    run = inheritable_thread_target(spark)(lambda call: call())
     with ThreadPoolExecutor(threads) as pool:
-        futures = [pool.submit(run, call) for call in calls]
+        # A wrapper per call: PySpark copies the caller's local properties once per wrapper and
+        # makes that copy the running thread's own, so calls sharing one would share it, each
+        # overwriting the others' job description and SQL execution id (Delta's descriptions
+        # piled up as "Delta: Delta: ...", and a query showed as nested in another thread's).
+        futures = [pool.submit(inheritable_thread_target(spark)(call)) for call in calls]
         try:
             for future in futures:
                 yield future.result()
