@@ -395,26 +395,3 @@ def test_unwritten_table_reads_empty_and_unknown_table_is_clear(spark, settings)
     assert read_table("quarantine", settings=settings, spark=spark).count() == 0
     with pytest.raises(Exception, match="unknown table 'nope'; known tables: .*quarantine"):
         read_table("nope", settings=settings, spark=spark)
-
-
-def test_a_stages_parallel_writes_each_keep_their_own_job_properties(spark):
-    """The stage threads (in_parallel) start from the caller's local properties (the stage
-    server's job group), but what one sets (Delta's job description, Spark's SQL execution id)
-    is its own: PySpark hands every call of one wrapper the same properties object."""
-    from brokerlens.platform.spark import in_parallel
-
-    context, both_set = spark.sparkContext, threading.Barrier(2, timeout=60)
-
-    def sets(value):
-        def call():
-            context.setLocalProperty("brokerlens.test.set", value)
-            both_set.wait()
-            return context.getLocalProperty("brokerlens.test.caller"), context.getLocalProperty("brokerlens.test.set")
-
-        return call
-
-    context.setLocalProperty("brokerlens.test.caller", "stage")
-    try:
-        assert list(in_parallel(spark, [sets("a"), sets("b")], threads=2)) == [("stage", "a"), ("stage", "b")]
-    finally:
-        context.setLocalProperty("brokerlens.test.caller", None)

@@ -12,6 +12,7 @@ probe, ``pulsar-client`` (the dev extra).
 
 from __future__ import annotations
 
+import itertools
 import os
 import random
 import shutil
@@ -148,24 +149,20 @@ def free_port() -> int:
     """A port free on 127.0.0.1 now, outside the ephemeral range when there is room below it, and
     not handed out before by this process."""
     low, high = LOWEST_PORT, _ephemeral_low()
+    # Sampled ports below the ephemeral range, then (none free there) the kernel's picks in it.
+    wanted = itertools.chain(random.sample(range(low, high), min(200, max(0, high - low))), itertools.repeat(0))
     with _handed_out_lock:
-        for port in random.sample(range(low, high), min(200, max(0, high - low))):
-            if port in _handed_out:
-                continue
+        for port in wanted:
             with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
                 try:
                     s.bind(("127.0.0.1", port))
                 except OSError:
                     continue
-            _handed_out.add(port)
-            return port
-        while True:  # none free below: one the kernel gives from the ephemeral range
-            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-                s.bind(("127.0.0.1", 0))
                 port = s.getsockname()[1]
             if port not in _handed_out:
                 _handed_out.add(port)
                 return port
+    raise AssertionError("unreachable: the kernel always has a port")
 
 
 class PulsarBroker:
