@@ -192,7 +192,7 @@ def in_parallel(spark: SparkSession, calls: Sequence[Callable[[], _T]], threads:
         # A wrapper per call: PySpark copies the caller's local properties once per wrapper and
         # makes that copy the running thread's own, so calls sharing one would share it, each
         # overwriting the others' job description and SQL execution id (Delta's descriptions
-        # piled up as "Delta: Delta: ...", and a query showed as nested in another thread's).
+        # piled up across the threads as "Delta: Delta: ...").
         futures = [pool.submit(inheritable_thread_target(spark)(call)) for call in calls]
         try:
             for future in futures:
