@@ -98,21 +98,30 @@ def produce(client: pulsar.Client, topic: str, messages: int, batch: int | None 
 
 def consume(client: pulsar.Client, topic: str, subscription: str, seconds: float, queue: int = 1000,
             during=None) -> Received:  # fmt: skip
-    """Receive and acknowledge for ``seconds``; ``during`` (optional) runs in a thread meanwhile
-    (a producer, a policy change)."""
+    """Receive and acknowledge for ``seconds``, and close in the pause after a read; ``during``
+    (optional) runs in a thread meanwhile (a producer, a policy change).
+
+    The broker counts a read in msgOutCounter when it dispatches it, and a rate-limited consumer's
+    reads come once per rate period from its first one, so whole seconds after attaching are when
+    the next read comes: a consumer closed then may miss a read on its way. So after ``seconds``
+    it goes on until 0.3 s have passed since its last message, and if more than 0.6 s have (the
+    next read is near), until the next read has come and gone; 3 s without a message is the end
+    of the traffic."""
     consumer = client.subscribe(topic, subscription, consumer_type=pulsar.ConsumerType.Exclusive,
                                 receiver_queue_size=queue, initial_position=pulsar.InitialPosition.Earliest)  # fmt: skip
     side = threading.Thread(target=during, daemon=True) if during else None
     if side:
         side.start()
     received, end = Received(), time.time() + seconds
+    last = time.time()
     try:
-        while time.time() < end:
+        while (now := time.time()) < end or not (0.3 <= now - last <= 0.6 or now - last > 3 or now > end + 10):
             try:
                 message = consumer.receive(timeout_millis=50)
             except pulsar.Timeout:
                 continue
-            received.times.append((time.time(), message.publish_timestamp() / 1000))
+            last = time.time()
+            received.times.append((last, message.publish_timestamp() / 1000))
             consumer.acknowledge(message)
     finally:
         consumer.close()

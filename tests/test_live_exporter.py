@@ -13,7 +13,8 @@ Experiments, one topic each, subscription ``s``:
 * ``batched``: subscription dispatch rate 50 msg/s (1 s), a backlog of 400 messages in 5-message
   batches, then a consumer attaches (receiver queue 1000) for 6 s.
 * ``idle-small`` / ``idle-large``: the same limit, a backlog of 300 unbatched messages, a consumer
-  with a receiver queue of 10 (small reads) or 1000 (one read of the permits left) for 4 s.
+  with a receiver queue of 10 (small reads) or 1000 (one read of the permits left) for 4 s
+  (and to the pause after the read then: live_traffic.consume).
 * ``broker-limit``: no topic or subscription limit, the broker's own limit
   (``dispatchThrottlingRateInMsg``, a dynamic setting) 50 msg/s while a consumer reads a backlog of
   300 unbatched messages for 4 s, then off again. The exporter's broker-level records are the only
@@ -211,8 +212,8 @@ def test_token_bucket_after_idle_at_period_grain(day):
     lets through after idle, per exporter period: at most one quota in the first period with a
     dispatch, small reads (receiver queue 10) or one big read (1000) alike, so no first-second
     burst of 2q as a bucket refilled every 16 ms allows (apache/pulsar#24012); measured here:
-    [0, 50, 50, 50, 50] on an idle machine (the 0 is the consumer's first second, before its first
-    read), [0, 50, 50, 60, 44] for the small reads on a loaded one. Exporter periods are aligned to
+    [50, 50, 50, 50, 50] on an idle machine, [0, 50, 50, 50, 50] when the consumer's first second
+    ended before its first read, [0, 50, 50, 60, 44] for the small reads on a loaded one. Exporter periods are aligned to
     the epoch, the bucket's refills to its first read: a read that straddles an exporter second
     moves a few messages into the next one, so k consecutive periods hold at most (k + 1) q, and
     the model can find up to one quota over where the broker held (the loaded run: 14)."""
