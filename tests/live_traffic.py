@@ -140,6 +140,7 @@ class Collector:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self.runs, self.errors = 0, []
+        self.started: list[float] = []  # each collect's start (epoch s)
 
     def __enter__(self) -> "Collector":
         self._thread.start()
@@ -161,6 +162,7 @@ class Collector:
             time.sleep(0.1)
 
     def once(self) -> None:
+        self.started.append(time.time())
         collect(None, self.settings, admin_url=self.broker.admin_url)
         if self.runs % self.metrics_every == 0:
             day = datetime.now(timezone.utc).date().isoformat()

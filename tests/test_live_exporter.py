@@ -98,10 +98,11 @@ def experiments(broker, collector) -> dict:
         try:
             seen["broker-limit"] = (t, consume(client, t, SUB, 4))
         finally:
+            limit_removed = time.time()
             broker.set_dynamic("dispatchThrottlingRateInMsg", 0)
     finally:
         client.close()
-    return {"seen": seen, "sent": sent}
+    return {"seen": seen, "sent": sent, "limit_removed": limit_removed}
 
 
 @pytest.fixture(scope="module")
@@ -127,7 +128,7 @@ def day(pulsar_brokers, spark, tmp_path_factory):
     quarantined = read_table("quarantine", settings=settings, spark=spark).collect()
     files = sorted(p.name for p in settings.landing.glob("*/dispatch/*.jsonl"))
     print(f"traffic {traffic:.0f}s, land+build {time.monotonic() - started - traffic:.0f}s, {len(files)} exporter files")
-    return {**run, "stats": stats, "periods": periods, "daily": daily, "quarantined": quarantined, "files": files,
+    return {**run, "collects": collector.started, "stats": stats, "periods": periods, "daily": daily, "quarantined": quarantined, "files": files,
             "dropped": dropped, "land": landed, "broker": f"127.0.0.1:{broker.web_port}"}  # fmt: skip
 
 
@@ -251,9 +252,10 @@ def test_broker_level_limit_at_period_grain(day):
     first, last = int(seen.first), int(seen.times[-1][0])
     assert sum(r["msgs"] for r in scope if first <= r["t"] <= last) >= seen.count
     # The limit holds from the collect that saw it; its removal counts from the rate period of the
-    # collect before it (the looser limit where the change is uncertain), so the consumer's last
-    # second may already be unlimited.
-    window = [r for r in scope if first <= r["t"] < last]
+    # collect before it (the looser limit where the change is uncertain). The second-last collect
+    # begun before the removal ended before it (collects do not overlap), so it saw the limit.
+    saw_limit = sorted(t for t in day["collects"] if t < day["limit_removed"])[-2]
+    window = [r for r in scope if first <= r["t"] < min(last, int(saw_limit))]
     assert window and {r["msg_limit"] for r in window} == {Q}
     assert max(seen.within(r, 0.9) for r, _ in seen.times) <= 2 * Q
     [daily] = [r for r in day["daily"] if r["level"] == "broker" and r["broker"] == day["broker"]]
