@@ -14,7 +14,7 @@ from holes_data import at, range_string, snap, write_snapshots
 
 from brokerlens.gold.brokers import version_metrics
 from brokerlens.gold.holes.build import build_holes
-from brokerlens.gold.holes.cursor_ranges import ENTRY_LIMIT_BYTES, cursor_ranges_frame
+from brokerlens.gold.holes.cursor_ranges import ENTRY_LIMIT_BYTES, cursor_ranges_frame, parsed_snapshots
 from brokerlens.gold.holes.settings import AlertSettings
 from brokerlens.platform.tables import read_table, table_schema, write_table
 
@@ -185,6 +185,6 @@ def test_ranges_and_long_array_modes_exposure_size_and_metadata_store(spark, set
     # The settings override wins over config and version.
     snapshots = read_table("cursor_snapshots", settings=settings, spark=spark).filter(f"day = '{DAY}'")
     policies = read_table("bronze_policies", settings=settings, spark=spark).where(f"day <= '{DAY}'")  # as build_holes reads them
-    forced = cursor_ranges_frame(snapshots, policies, version_metrics(spark, DAY, settings), DAY, AlertSettings(persist_mode="ranges"))[0]
+    forced = cursor_ranges_frame(parsed_snapshots(snapshots, policies, version_metrics(spark, DAY, settings), DAY, AlertSettings(persist_mode="ranges")))[0]
     f = {r["subscription"]: r for r in forced.collect()}["long-two-ledgers"]
     assert (f["persist_mode"], f["persist_mode_source"], f["persisted_as"], f["exposure_entries"]) == ("ranges", "settings", "ranges", 1_999)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from datetime import date, datetime, time, timedelta, timezone
 
+from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -15,7 +16,7 @@ from brokerlens.platform.stage import StageResult
 from brokerlens.platform.tables import WriteResult, read_table, write_table
 
 from .alerts import hole_alerts_frame
-from .cursor_ranges import cursor_ranges_frame, with_growth
+from .cursor_ranges import cursor_ranges_frame, parsed_snapshots, with_growth
 from .persistence import SNAPSHOT_KEY
 from .reloads import reload_events_frame
 
@@ -65,8 +66,10 @@ def build_holes(spark: SparkSession, day: date, settings: HolesStepSettings) -> 
     on_day = F.col("day") == F.lit(day)
     snapshots = read_table("cursor_snapshots", spark=spark, settings=settings).filter(on_day)
     policies = read_table("bronze_policies", spark=spark, settings=settings).where(F.col("day") <= F.lit(day))
-    metrics = version_metrics(spark, day, settings)
-    rows, _ = cursor_ranges_frame(snapshots, policies, metrics, day, alerts)
+    # Read twice by cursor_ranges_frame, and again for the malformed ones' quarantine rows; kept
+    # on local disk, as land keeps its parsed rows (range strings can be megabytes).
+    parsed = parsed_snapshots(snapshots, policies, version_metrics(spark, day, settings), day, alerts).persist(StorageLevel.DISK_ONLY)
+    rows, _ = cursor_ranges_frame(parsed)
     window_start = datetime.combine(day, time(), tzinfo=timezone.utc) - timedelta(hours=alerts.growth_window_hours)
     previous = read_table("cursor_ranges", spark=spark, settings=settings).filter(
         (F.col("day") == F.lit(day - timedelta(days=1))) & (F.col("snapshot_at") >= F.lit(window_start))
@@ -75,16 +78,17 @@ def build_holes(spark: SparkSession, day: date, settings: HolesStepSettings) -> 
     result.writes.append(write_table(cursor_ranges, "cursor_ranges", mode="replace", partitions=[{"day": day}], settings=settings))
     built = read_table("cursor_ranges", spark=spark, settings=settings).filter(on_day)
 
-    # Only the few malformed snapshots are parsed again, for the quarantine's detail and raw text
-    # (and a re-run that finds none clears the earlier rows).
+    # Only the few malformed snapshots' ranges are looked at again, for the quarantine's detail and
+    # raw text (and a re-run that finds none clears the earlier rows).
     bad_keys = built.filter("ranges_malformed").select(*SNAPSHOT_KEY)
     result.metrics["malformed_ranges"] = bad_keys.count()
     quarantined_before = read_table("quarantine", spark=spark, settings=settings).filter(
         on_day & (F.col("stage") == "build") & (F.col("kind") == "cursor_ranges")
     )
     if result.metrics["malformed_ranges"] or not quarantined_before.isEmpty():
-        _, malformed = cursor_ranges_frame(snapshots.join(bad_keys, SNAPSHOT_KEY, "left_semi"), policies, metrics, day, alerts)
+        _, malformed = cursor_ranges_frame(parsed.join(bad_keys, SNAPSHOT_KEY, "left_semi"))
         result.writes.append(replace_quarantine(spark, _quarantine_rows(malformed, day), day, "build", "cursor_ranges", settings))
+    parsed.unpersist()
 
     hole_alerts = hole_alerts_frame(
         built,

@@ -46,10 +46,17 @@ ESTIMATED_BYTES_PER_RANGE = 5 * 1024 * 1024 / 200_000
 MAX_FORECAST_HOURS = 10 * 365 * 24.0
 
 
-def cursor_ranges_frame(snapshots: DataFrame, policies: DataFrame, metrics: DataFrame, day: date, alerts: AlertSettings) -> tuple[DataFrame, DataFrame]:
-    """(cursor_ranges rows without growth, malformed snapshots) for the day's cursor_snapshots
-    (``policies``, ``metrics``: as :func:`~.persistence.with_persistence` takes them)."""
-    parsed = parse_ranges(with_persistence(snapshots, policies, metrics, day, alerts))
+def parsed_snapshots(snapshots: DataFrame, policies: DataFrame, metrics: DataFrame, day: date, alerts: AlertSettings) -> DataFrame:
+    """The day's cursor_snapshots with the persistence settings in force (``policies``,
+    ``metrics``: as :func:`~.persistence.with_persistence` takes them) and their ranges split
+    (:func:`~.ranges.parse_ranges`): what :func:`cursor_ranges_frame` reads."""
+    return parse_ranges(with_persistence(snapshots, policies, metrics, day, alerts))
+
+
+def cursor_ranges_frame(parsed: DataFrame) -> tuple[DataFrame, DataFrame]:
+    """(cursor_ranges rows without growth, malformed snapshots) for :func:`parsed_snapshots`'
+    rows. Each row is joined with its ranges' stats, so ``parsed`` is read twice: a caller that
+    has not persisted it computes it, range parsing and configuration joins included, twice."""
     stats = range_stats(parsed)
     has_string = F.col("range_list").isNotNull()
     joined = parsed.join(stats, SNAPSHOT_KEY, "left").withColumn(
