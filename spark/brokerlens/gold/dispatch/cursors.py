@@ -9,7 +9,7 @@ from pyspark.sql import functions as F
 
 from .limits import MEASURES, US, round_half_up
 from .models import TOKEN_BUCKET
-from .scopes import SCOPE
+from .scopes import SCOPE, per_level
 
 
 def backlog_intervals(snapshots: DataFrame) -> DataFrame:
@@ -17,26 +17,29 @@ def backlog_intervals(snapshots: DataFrame) -> DataFrame:
     cluster, _bk, from_us, to_us), each snapshot with msgBacklog > 0 until the next snapshot of
     the scope (open-ended for the last). A subscription's own backlog; a topic partition's or a
     broker's: the sum over its subscriptions at the same collection."""
-    levels = {
-        "subscription": ["topic", "subscription"],
-        "topic": ["topic"],
-        "broker": ["broker"],
-    }
-    frames = []
-    for level, keys in levels.items():
-        summed = snapshots.groupBy("cluster", *keys, "snapshot_at").agg(F.sum("msg_backlog").alias("backlog"))
-        series = Window.partitionBy("cluster", *keys).orderBy("snapshot_at")
-        frames.append(
-            summed.select(
-                F.lit(level).alias("level"),
-                "cluster",
-                F.concat_ws("\u0000", *keys).alias("_bk"),
-                F.unix_micros("snapshot_at").alias("from_us"),
-                F.unix_micros(F.lead("snapshot_at").over(series)).alias("to_us"),
-                "backlog",
-            ).where("backlog > 0")
+    summed = per_level(
+        snapshots,
+        {
+            "subscription": ["cluster", "topic", "subscription", "snapshot_at"],
+            "topic": ["cluster", "topic", "snapshot_at"],
+            "broker": ["cluster", "broker", "snapshot_at"],
+        },
+        F.sum("msg_backlog").alias("backlog"),
+    )
+    # The keys left out of a row's level are null: partitioned by every key, each scope is its own.
+    series = Window.partitionBy("level", "cluster", "topic", "subscription", "broker").orderBy("snapshot_at")
+    return (
+        summed.select(
+            "level",
+            "cluster",
+            _backlog_key().alias("_bk"),
+            F.unix_micros("snapshot_at").alias("from_us"),
+            F.unix_micros(F.lead("snapshot_at").over(series)).alias("to_us"),
+            "backlog",
         )
-    return frames[0].unionByName(frames[1]).unionByName(frames[2]).drop("backlog")
+        .where("backlog > 0")
+        .drop("backlog")
+    )
 
 
 CURSOR_SOURCE = "cursor_snapshots"
@@ -70,23 +73,21 @@ def cursor_states(snapshots: DataFrame, models: DataFrame) -> DataFrame:
             F.coalesce(F.col("msg_backlog") < F.col("cursor_backlogged_threshold"), F.lit(False)).cast("int"),
         ).alias("_up"),
     )  # fmt: skip
-    frames = []
-    for level, keys in (("subscription", ["topic", "subscription"]), ("topic", ["topic"]), ("broker", [])):
-        agg = snaps.groupBy("cluster", "broker", *keys, "snapshot_at").agg(F.min("_up").alias("_all"), F.max("_up").alias("_any"))
-        frames.append(
-            agg.select(
-                F.lit(level).alias("level"),
-                "cluster",
-                "broker",
-                *[F.col(k) if k in keys else F.lit(None).cast("string").alias(k) for k in ("topic", "subscription")],
-                F.unix_micros("snapshot_at").alias("at_us"),
-                F.when(F.col("_all") == 1, F.lit(CAUGHT_UP))
-                .when(F.coalesce(F.col("_any"), F.lit(0)) == 0, F.lit(BACKLOGGED))
-                .otherwise(F.lit(MIXED))
-                .alias("cursor_state"),
-            )
-        )
-    return frames[0].unionByName(frames[1]).unionByName(frames[2])
+    keys = ["cluster", "broker", "topic", "subscription", "snapshot_at"]
+    levels = {"subscription": keys, "topic": [k for k in keys if k != "subscription"], "broker": ["cluster", "broker", "snapshot_at"]}
+    agg = per_level(snaps, levels, F.min("_up").alias("_all"), F.max("_up").alias("_any"))
+    return agg.select(
+        "level",
+        "cluster",
+        "broker",
+        "topic",
+        "subscription",
+        F.unix_micros("snapshot_at").alias("at_us"),
+        F.when(F.col("_all") == 1, F.lit(CAUGHT_UP))
+        .when(F.coalesce(F.col("_any"), F.lit(0)) == 0, F.lit(BACKLOGGED))
+        .otherwise(F.lit(MIXED))
+        .alias("cursor_state"),
+    )
 
 
 def _backlog_key() -> Column:

@@ -4,7 +4,6 @@ day as lines for the build output, the report and alerts."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from datetime import date
 
 from pyspark.sql import Column, DataFrame, Window
@@ -12,7 +11,7 @@ from pyspark.sql import functions as F
 
 from .cursors import NOT_CHARGED
 from .models import CLASSIC
-from .scopes import SCOPE, scope_join
+from .scopes import SCOPE, per_level, scope_join
 
 THROTTLE_LEVELS = ("subscription", "topic", "broker")
 
@@ -39,24 +38,21 @@ def throttle_events(topic_stats: DataFrame) -> DataFrame:
             columns.append(F.when(c.isNull(), F.lit(None)).when(before.isNull(), F.lit(0)).when(c >= before, c - before).otherwise(c).alias(f"{level}_{unit}"))
     keys = ["cluster", "broker", "topic", "subscription"]
     deltas = subs.select(*keys, *columns)
-    # One aggregate for the three levels (grouping sets, told apart by their grouping id: the bits
-    # of the keys left out), not a union of three that each sorted the day's topic stats again.
-    grouped = dict(zip(THROTTLE_LEVELS, (keys, keys[:3], keys[:2])))
-    level_id = {level: (1 << (len(keys) - len(by))) - 1 for level, by in grouped.items()}
-    sums = deltas.groupingSets(list(grouped.values()), *keys).agg(
-        F.grouping_id(*keys).alias("_id"),
+    sums = per_level(
+        deltas,
+        dict(zip(THROTTLE_LEVELS, (keys, keys[:3], keys[:2]))),
         *[F.sum(f"{level}_{unit}").alias(f"_{level}_{unit}") for level in THROTTLE_LEVELS for unit in ("msg", "bytes")],
     )
 
-    def of_level(value: Callable[[str], Column]) -> Column:
-        """Per row, ``value`` of its level (the one whose grouping id it has)."""
-        return F.coalesce(*[F.when(F.col("_id") == id_, value(level)) for level, id_ in level_id.items()])
+    def of_level(unit: str) -> Column:
+        """Per row, the sum of its own level's counter."""
+        return F.coalesce(*[F.when(F.col("level") == level, F.col(f"_{level}_{unit}")) for level in THROTTLE_LEVELS])
 
     return sums.select(
-        of_level(F.lit).alias("level"),
+        "level",
         *keys,
-        of_level(lambda level: F.col(f"_{level}_msg")).alias("pulsar_throttled_msg_events"),
-        of_level(lambda level: F.col(f"_{level}_bytes")).alias("pulsar_throttled_bytes_events"),
+        of_level("msg").alias("pulsar_throttled_msg_events"),
+        of_level("bytes").alias("pulsar_throttled_bytes_events"),
     )
 
 
