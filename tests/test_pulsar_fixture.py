@@ -16,7 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from pulsar_broker import LOWEST_PORT, REPO, BookieReadOnly, PulsarBroker, free_port, pulsar_jars
+from pulsar_broker import LOWEST_PORT, REPO, TEST_JVM_OPTIONS, BookieReadOnly, PulsarBroker, free_port, pulsar_jars
 
 pytestmark = pytest.mark.pulsar
 
@@ -136,7 +136,7 @@ def test_a_port_taken_before_the_start_is_picked_again(broker):
 def test_a_port_taken_before_a_first_start_is_picked_again(tmp_path):
     """The same on a broker's first start: what the failed attempt wrote goes, and the bookie takes
     another port as well."""
-    broker = PulsarBroker(tmp_path / "broker", pulsar_jars.LTS)
+    broker = PulsarBroker(tmp_path / "broker", pulsar_jars.LTS, jvm_options=TEST_JVM_OPTIONS)
     web_port, bookie_port = broker.web_port, broker.bookie_port
     with taken(web_port):
         broker.start()
@@ -156,7 +156,7 @@ def test_a_bookie_that_starts_read_only_is_named_at_once(tmp_path):
     usage = shutil.disk_usage(tmp_path)
     used = 1 - usage.free / usage.total
     below = round(used / 2, 3)  # BookKeeper refuses a warning threshold above the threshold
-    broker = PulsarBroker(tmp_path / "broker", pulsar_jars.LTS, {"diskUsageThreshold": below, "diskUsageWarnThreshold": below})
+    broker = PulsarBroker(tmp_path / "broker", pulsar_jars.LTS, {"diskUsageThreshold": below, "diskUsageWarnThreshold": below}, jvm_options=TEST_JVM_OPTIONS)
     assert PulsarBroker(tmp_path / "other", pulsar_jars.LTS).config["diskUsageThreshold"] == 0.99
     began = time.monotonic()
     with pytest.raises(BookieReadOnly, match=r"diskUsageThreshold=0\.\d+(?s:.*)Used space fraction: 0\.\d+ > threshold"):

@@ -22,6 +22,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import requests
@@ -171,10 +172,10 @@ class PulsarBroker:
     folder by their interceptor name, so the cache's older builds must not be beside it), with
     ``brokerInterceptorsDirectory`` and ``brokerInterceptors`` set. Pulsar 4.0.7 has no
     ``disableBrokerInterceptors`` switch: a non-empty ``brokerInterceptors`` is what loads them
-    (``BrokerInterceptors.load``), in the standalone as in a broker."""
+    (``BrokerInterceptors.load``), in the standalone as in a broker. ``jvm_options``: after ``JVM_OPTIONS``."""
 
-    def __init__(self, root: Path, version: str = pulsar_jars.LTS, config: dict | None = None, interceptor: bool = False):
-        self.root, self.version = Path(root), version
+    def __init__(self, root: Path, version: str = pulsar_jars.LTS, config: dict | None = None, interceptor: bool = False, jvm_options: Sequence[str] = ()):
+        self.root, self.version, self.jvm_options = Path(root), version, list(jvm_options)
         self.config = {**BASE_CONFIG, **(config or {})}
         self.lib = pulsar_jars.fetch(version)
         self.interceptor_nar: Path | None = None
@@ -231,6 +232,7 @@ class PulsarBroker:
             command = [
                 java,
                 *JVM_OPTIONS,
+                *self.jvm_options,
                 f"-Dlog4j2.configurationFile={self.root / 'log4j2.properties'}",
                 f"-Djava.io.tmpdir={self.root / 'tmp'}",
                 "-cp",
