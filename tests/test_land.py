@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 import json
+import shutil
 import time
 from datetime import date
 
@@ -85,6 +86,7 @@ def test_land_fixture_day(spark, every_metric_family, settings):
     check_internal_stats_seed_004_cursor(spark, settings)
     check_policies_producers_and_metrics(spark, settings)
     check_landing_twice_gives_identical_tables(spark, settings)
+    check_a_kind_without_files_empties_its_partition(spark, settings)
 
 
 def check_quarantine_reasons_for_every_bad_record(spark, landed, settings):
@@ -180,6 +182,20 @@ def check_landing_twice_gives_identical_tables(spark, settings):
     land_day(spark, DAY, settings)
     after = {t: rows(read_table(t, settings=settings, spark=spark), *read_table(t, settings=settings, spark=spark).columns) for t in [*BRONZE, "quarantine"]}
     assert before == after
+
+
+def check_a_kind_without_files_empties_its_partition(spark, settings):
+    """The day landed again after its dispatch files went: no dispatch rows or quarantine rows
+    are left of them, and every other table is as it was."""
+    tables = [*BRONZE, "quarantine"]
+    before = {t: rows(read_table(t, settings=settings, spark=spark), *read_table(t, settings=settings, spark=spark).columns) for t in tables}
+    shutil.rmtree(settings.landing / "2026-11-21" / "dispatch")
+    landed = land_day(spark, DAY, settings)
+    after = {t: rows(read_table(t, settings=settings, spark=spark), *read_table(t, settings=settings, spark=spark).columns) for t in tables}
+    assert before["bronze_dispatch"] and after["bronze_dispatch"] == []
+    assert after["quarantine"] == [r for r in before["quarantine"] if r["kind"] != "dispatch"] != before["quarantine"]
+    assert {t: after[t] for t in BRONZE if t != "bronze_dispatch"} == {t: before[t] for t in BRONZE if t != "bronze_dispatch"}
+    assert "dispatch: 0 files seen, 0 read, 0 rows, 0 quarantined" in landed.lines
 
 
 @pytest.mark.slow

@@ -22,7 +22,7 @@ from brokerlens.platform.progress import progress
 from brokerlens.platform.schemas import table_schema
 from brokerlens.platform.spark import in_parallel
 from brokerlens.platform.stage import StageResult
-from brokerlens.platform.tables import WriteResult, read_table, write_table
+from brokerlens.platform.tables import WriteResult, empty_frame, read_table, write_table
 
 from . import dispatch, internal_stats, metrics, policies, producer_stats, topic_stats
 from .checks import mark_duplicates, quarantine_frame
@@ -45,10 +45,18 @@ def survey_day(day: date, settings: LandStepSettings) -> dict[str, KindFiles]:
 
 def land_kind(spark: SparkSession, parser, day: date, settings: LandStepSettings, files: KindFiles | None = None) -> tuple[DataFrame, DataFrame, DataFrame]:
     """(bronze rows, quarantine rows, the parsed frame both come from: persisted, unpersist
-    it when done) of one landing kind for the day; ``files``: the kind's files from
-    :func:`survey_day` (surveyed here when not given)."""
+    it when done; the empty bronze rows when the kind has no file to read) of one landing kind
+    for the day; ``files``: the kind's files from :func:`survey_day` (surveyed here when not
+    given)."""
     if files is None:
         files = survey_day(day, settings)[parser.KIND]
+    bad = not_read_frame(spark, files.not_read, day, parser.KIND)
+    if not files.read:
+        # Nothing to parse, so no parser is planned and no duplicate check runs on no rows: a
+        # day of dispatch files alone landed in 6.1 to 9.8 s instead of 9.1 to 12.4 s (warm,
+        # alternating, 7 runs each). The day's partition is still replaced, by no rows.
+        good = empty_frame(parser.TABLE, spark)
+        return good, bad, good
     records = (read_whole if parser.WHOLE_FILE else read_lines)(spark, files.read)
     if parser is metrics:
         # The samples of other families are dropped before anything is parsed: what lands is a few
@@ -64,9 +72,7 @@ def land_kind(spark: SparkSession, parser, day: date, settings: LandStepSettings
     parsed = parser.parse(records, day).persist(StorageLevel.DISK_ONLY)
     schema = table_schema(parser.TABLE)
     good = parsed.where(F.col("problem").isNull()).select(*schema.column_names)
-    bad = quarantine_frame(parsed.where(F.col("problem").isNotNull()), day, parser.KIND)
-    if files.not_read:
-        bad = bad.unionByName(not_read_frame(spark, files.not_read, day, parser.KIND))
+    bad = quarantine_frame(parsed.where(F.col("problem").isNotNull()), day, parser.KIND).unionByName(bad)
     return good, bad, parsed
 
 
