@@ -12,7 +12,7 @@ from pyspark.sql import functions as F
 from brokerlens.gold.producers.settings import ProducersStepSettings
 from brokerlens.platform.schemas import table_schema
 from brokerlens.platform.stage import StageResult
-from brokerlens.platform.tables import read_table, write_table
+from brokerlens.platform.tables import empty_frame, read_table, write_table
 
 from .config import configurations, with_config_hash
 from .health import broker_view, health
@@ -28,14 +28,20 @@ def build_producers(spark: SparkSession, day: date, settings: ProducersStepSetti
     snapshots = read_table("producer_snapshots", spark=spark, settings=settings).where(F.col("day") == F.lit(day)).transform(with_config_hash).cache()
     configs = configurations(snapshots)
     findings = lint(configs).cache()
-    brokers = broker_view(read_table("bronze_topic_stats", spark=spark, settings=settings).where(F.col("day") == F.lit(day)))
 
     def write(df: DataFrame, table: str) -> None:
         columns = table_schema(table).column_names  # working columns stay behind
         result.writes.append(write_table(df.select(*columns), table, mode="replace", partitions=[{"day": day}], settings=settings))
 
     write(findings, "producer_lint")
-    write(health(snapshots, findings, brokers, config), "producer_health")
+    if snapshots.isEmpty():
+        # Many clusters land no producer stats: health, which reads the day's topic stats for the
+        # brokers' view of each producer, is not planned for no rows (the step on the large day's
+        # first 5 minutes, warm, 5 runs each: 1.2-1.9 s against 2.4-2.9 s).
+        write(empty_frame("producer_health", spark), "producer_health")
+    else:
+        brokers = broker_view(read_table("bronze_topic_stats", spark=spark, settings=settings).where(F.col("day") == F.lit(day)))
+        write(health(snapshots, findings, brokers, config), "producer_health")
     conformance_rows = publish_conformance(snapshots, config)
     if conformance_rows is not None:
         write(conformance_rows, "publish_rate_conformance")
