@@ -9,7 +9,7 @@ from pyspark.sql import functions as F
 
 from .limits import MEASURES, US, round_half_up
 from .models import TOKEN_BUCKET
-from .scopes import SCOPE, per_level
+from .scopes import LEVEL_KEYS, SCOPE, per_level
 
 
 def backlog_intervals(snapshots: DataFrame) -> DataFrame:
@@ -73,8 +73,7 @@ def cursor_states(snapshots: DataFrame, models: DataFrame) -> DataFrame:
             F.coalesce(F.col("msg_backlog") < F.col("cursor_backlogged_threshold"), F.lit(False)).cast("int"),
         ).alias("_up"),
     )  # fmt: skip
-    keys = ["cluster", "broker", "topic", "subscription", "snapshot_at"]
-    levels = {"subscription": keys, "topic": [k for k in keys if k != "subscription"], "broker": ["cluster", "broker", "snapshot_at"]}
+    levels = {level: [*keys, "snapshot_at"] for level, keys in LEVEL_KEYS.items()}
     agg = per_level(snaps, levels, F.min("_up").alias("_all"), F.max("_up").alias("_any"))
     return agg.select(
         "level",

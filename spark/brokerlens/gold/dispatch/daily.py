@@ -11,9 +11,7 @@ from pyspark.sql import functions as F
 
 from .cursors import NOT_CHARGED
 from .models import CLASSIC
-from .scopes import SCOPE, per_level, scope_join
-
-THROTTLE_LEVELS = ("subscription", "topic", "broker")
+from .scopes import LEVEL_KEYS, SCOPE, per_level, scope_join
 
 
 def throttle_events(topic_stats: DataFrame) -> DataFrame:
@@ -27,26 +25,26 @@ def throttle_events(topic_stats: DataFrame) -> DataFrame:
     partition's subscriptions, the topic scope's; the broker limit's, summed over the broker,
     the broker scope's. Null where Pulsar (< 4.0) does not report them.
     """
-    series = Window.partitionBy("cluster", "broker", "topic", "subscription").orderBy("collected_at")
+    keys = SCOPE[1:]
+    series = Window.partitionBy(*keys).orderBy("collected_at")
     subs = topic_stats.where(F.col("subscription").isNotNull())
     columns = []
-    for level in THROTTLE_LEVELS:
+    for level in LEVEL_KEYS:
         for unit in ("msg", "bytes"):
             c = F.col(f"dispatch_throttled_{unit}_events_by_{level}_limit")
             before = F.lag(c).over(series)
             # First snapshot of the day: no increase seen yet (0); reset: counted from 0.
             columns.append(F.when(c.isNull(), F.lit(None)).when(before.isNull(), F.lit(0)).when(c >= before, c - before).otherwise(c).alias(f"{level}_{unit}"))
-    keys = ["cluster", "broker", "topic", "subscription"]
     deltas = subs.select(*keys, *columns)
     sums = per_level(
         deltas,
-        dict(zip(THROTTLE_LEVELS, (keys, keys[:3], keys[:2]))),
-        *[F.sum(f"{level}_{unit}").alias(f"_{level}_{unit}") for level in THROTTLE_LEVELS for unit in ("msg", "bytes")],
+        LEVEL_KEYS,
+        *[F.sum(f"{level}_{unit}").alias(f"_{level}_{unit}") for level in LEVEL_KEYS for unit in ("msg", "bytes")],
     )
 
     def of_level(unit: str) -> Column:
         """Per row, the sum of its own level's counter."""
-        return F.coalesce(*[F.when(F.col("level") == level, F.col(f"_{level}_{unit}")) for level in THROTTLE_LEVELS])
+        return F.coalesce(*[F.when(F.col("level") == level, F.col(f"_{level}_{unit}")) for level in LEVEL_KEYS])
 
     return sums.select(
         "level",

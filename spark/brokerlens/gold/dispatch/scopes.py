@@ -8,6 +8,8 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 SCOPE = ["level", "cluster", "broker", "topic", "subscription"]
+# Each level's keys, in SCOPE's order (a row of that level has the others null).
+LEVEL_KEYS = {"subscription": SCOPE[1:], "topic": SCOPE[1:4], "broker": SCOPE[1:3]}
 
 
 def scope_join(left: DataFrame, right: DataFrame, how: str) -> DataFrame:
