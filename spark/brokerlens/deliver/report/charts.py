@@ -12,11 +12,10 @@ from .blocks import Chart
 
 def _figure(height: float = 2.6):
     import matplotlib
+    from matplotlib.figure import Figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    plt.rcParams.update(
+    # The same values every time, so sections drawing in threads at once write no different ones.
+    matplotlib.rcParams.update(
         {
             "svg.fonttype": "none",  # text stays text: small files, crisp in any browser
             "svg.hashsalt": "brokerlens",  # same data, same file
@@ -28,13 +27,13 @@ def _figure(height: float = 2.6):
             "axes.titlelocation": "left",
         }
     )
-    fig, ax = plt.subplots(figsize=(11, height), layout="constrained")
-    return fig, ax
+    # A Figure of its own, not pyplot's: pyplot keeps every open figure in one global registry,
+    # which the report's sections, drawn in threads at once, must not share.
+    fig = Figure(figsize=(11, height), layout="constrained")
+    return fig, fig.subplots()
 
 
 def _svg(fig) -> str:
-    import matplotlib.pyplot as plt
-
     # Ids for the chart's parts, so that a test (or a reader's tool) finds its axis labels and
     # legend in the SVG: x-label, y-label-N, legend-N (and "title", set with the title).
     fig.axes[0].xaxis.label.set_gid("x-label")
@@ -44,7 +43,6 @@ def _svg(fig) -> str:
         legend.set_gid(f"legend-{i}")
     buffer = io.BytesIO()
     fig.savefig(buffer, format="svg", metadata={"Date": None})
-    plt.close(fig)
     return base64.b64encode(buffer.getvalue()).decode("ascii")
 
 

@@ -1,9 +1,10 @@
-"""The report page: runs the sections in order, renders report.html.j2 with the Delta versions of
+"""The report page: builds the sections (at once), renders report.html.j2 with the Delta versions of
 the tables read, and writes ``<reports>/<day>/brokerlens-<day>.html`` (the `report` stage)."""
 
 from __future__ import annotations
 
 from datetime import date, datetime, timezone
+from functools import partial
 
 from pyspark.sql import SparkSession
 
@@ -11,6 +12,7 @@ from brokerlens.deliver.settings import DeliverStepSettings
 from brokerlens.platform.progress import progress
 from brokerlens.platform.redact import redact
 from brokerlens.platform.schemas import table_schemas
+from brokerlens.platform.spark import in_parallel
 from brokerlens.platform.stage import StageResult
 from brokerlens.platform.tables import table_version
 
@@ -79,21 +81,25 @@ def _source_versions(spark: SparkSession, settings: DeliverStepSettings) -> list
 def report_day(spark: SparkSession, day: date, settings: DeliverStepSettings) -> StageResult:
     """Write the day's HTML report; the result says where it is."""
     result = StageResult("report", day)
-    headline: list[Number] = []
+    # The sections are independent: built in threads at once, a section's Spark jobs and its
+    # charts overlap the others' (on a small day most of a query's time is the driver's). Each
+    # has its own headline numbers, put together in the sections' order.
+    headlines: list[list[Number]] = [[] for _ in SECTIONS]
+    calls = [partial(build, spark, day, settings, numbers) for build, numbers in zip(SECTIONS, headlines)]
     sections = []
     with progress(f"report {day}", total=len(SECTIONS), unit="sections") as step:
-        for build in SECTIONS:
-            section = build(spark, day, settings, headline)
+        for section in in_parallel(spark, calls):
             step.note(f"{section.id} ({len(section.charts)} charts)")
             step.advance()
             sections.append(section)
+    headline = [n for numbers in headlines for n in numbers]
     html = render_html(day, sections, headline, _source_versions(spark, settings))
     path = report_path(day, settings)
     path.parent.mkdir(parents=True, exist_ok=True)
     # Write then rename: the file a mail links to is never half written.
-    partial = path.with_suffix(".html.partial")
-    partial.write_text(redact(html), encoding="utf-8")
-    partial.replace(path)
+    draft = path.with_suffix(".html.partial")
+    draft.write_text(redact(html), encoding="utf-8")
+    draft.replace(path)
     result.metrics.update(
         sections=len(sections),
         charts=sum(len(s.charts) for s in sections),
