@@ -25,7 +25,7 @@ def throttle_events(topic_stats: DataFrame) -> DataFrame:
     partition's subscriptions, the topic scope's; the broker limit's, summed over the broker,
     the broker scope's. Null where Pulsar (< 4.0) does not report them.
     """
-    keys = SCOPE[1:]
+    keys = LEVEL_KEYS["subscription"]
     series = Window.partitionBy(*keys).orderBy("collected_at")
     subs = topic_stats.where(F.col("subscription").isNotNull())
     columns = []
