@@ -24,6 +24,47 @@ os.environ.pop("BROKERLENS_CONFIG", None)
 os.environ.setdefault(JIT_ENV, "-XX:TieredStopAtLevel=1")
 
 
+# make test runs two pytest-xdist workers. The tests that mostly wait on other processes (a live
+# broker, Airflow's runs) are one unit of work, run by one worker in file order, which also keeps
+# one pool of brokers and its ports; every other file is a unit of its own, handed to whichever
+# worker is free, so the in-process Spark tests fill the core the waiting ones leave idle. The
+# units are handed out in the order below: the waiting ones, then the longest files (about 300,
+# 290 and 210 s each in a run of 2026-11-29), so that no worker ends alone on one of them.
+WAITING = ("test_dags.py", "test_daily_dag_e2e.py", "test_pulsar_fixture.py")
+LONGEST = ("test_timezones.py", "test_alerting_delivery.py", "test_tables.py")
+
+
+def waits(name: str) -> bool:
+    return name.startswith("test_live_") or name in WAITING
+
+
+def pytest_xdist_make_scheduler(config, log):
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Lanes(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return "waiting" if waits(Path(path).name) else path
+
+    config.option.loadscopereorder = False  # the workers' collection order, below
+    return Lanes(config, log)
+
+
+def pytest_collection_modifyitems(config, items):
+    strays = sorted({item.path.name for item in items if item.get_closest_marker("pulsar") and not waits(item.path.name)})
+    if strays:
+        raise pytest.UsageError(f"live-broker tests belong in test_live_*.py files (one worker runs them): {', '.join(strays)}")
+    if hasattr(config, "workerinput"):  # an xdist worker's collection: the order units are handed out in
+
+        def unit_order(item) -> int:
+            name = item.path.name
+            if waits(name):
+                return 0
+            return 1 + (LONGEST.index(name) if name in LONGEST else len(LONGEST))
+
+        items.sort(key=unit_order)  # stable: each file's tests stay in their order
+
+
 @pytest.fixture(scope="session")
 def spark():
     from brokerlens.settings import Settings
