@@ -49,14 +49,17 @@ class Received:
     def first(self) -> float:
         return self.times[0][0]
 
-    def bursts(self, gap: float) -> list[int]:
-        """How many messages arrived in each run of receives that no pause of ``gap`` seconds splits."""
-        counts = [1] if self.times else []
-        for (before, _), (after, _) in zip(self.times, self.times[1:]):
-            if after - before >= gap:
-                counts.append(0)
-            counts[-1] += 1
-        return counts
+    def reads(self, gap: float) -> list[tuple[float, int]]:
+        """(first receive, messages) of each run of receives that no pause of ``gap`` seconds
+        splits: one dispatcher read as the consumer saw it."""
+        found: list[tuple[float, int]] = []
+        for at, _ in self.times:
+            if found and at - last < gap:
+                found[-1] = (found[-1][0], found[-1][1] + 1)
+            else:
+                found.append((at, 1))
+            last = at
+        return found
 
 
 def subscribe_first(client: pulsar.Client, topic: str, subscription: str) -> None:
