@@ -10,12 +10,14 @@ import gzip
 import json
 import os
 import re
+import shutil
 from datetime import date
 from pathlib import Path
 
 from landing_helpers import FIXTURES, install_fixtures
+from pyspark import StorageLevel
 
-from brokerlens.land import dispatch, metrics, topic_stats
+from brokerlens.land import bronze, dispatch, metrics, topic_stats
 from brokerlens.land.bronze import land_day, land_kind
 from brokerlens.land.survey import (
     EMPTY_FILE,
@@ -26,7 +28,7 @@ from brokerlens.land.survey import (
     UNSUPPORTED_EXTENSION,
     survey,
 )
-from brokerlens.platform.tables import read_table
+from brokerlens.platform.tables import read_table, write_table
 
 DAY = date(2026, 11, 21)
 _CODEC = re.compile(r"\.(gz|bz2)\b")
@@ -175,3 +177,30 @@ def test_survey_measures_records_and_leaves_the_days_metadata(tmp_path):
     assert [p.name for p in found["topic-stats"].read] == ["small.json"]
     [big] = found["topic-stats"].not_read
     assert big.reason == TOO_LARGE and big.detail.startswith("the file, one record, has 2 MiB")
+
+
+@pytest.mark.slow
+def test_a_failed_land_leaves_no_parsed_rows_persisted(spark, settings, monkeypatch):
+    """Each kind's parsed rows are persisted on disk until the quarantine is written; a land that
+    fails there unpersists every kind's all the same (the stage server's session goes on)."""
+    day = install_fixtures(settings, "2026-11-21") / "2026-11-21"
+    for kind in ("internal-stats", "metrics", "producer-stats", "topic-stats"):
+        shutil.rmtree(day / kind)  # two kinds are enough, and quicker
+    kept = []
+
+    def recording(*args, **kwargs):
+        good, bad, parsed = land_kind(*args, **kwargs)
+        kept.append((parsed, parsed.storageLevel))
+        return good, bad, parsed
+
+    def failing(frame, table, *args, **kwargs):
+        if table == "quarantine":
+            raise OSError("disk full")
+        return write_table(frame, table, *args, **kwargs)
+
+    monkeypatch.setattr(bronze, "land_kind", recording)
+    monkeypatch.setattr(bronze, "write_table", failing)
+    with pytest.raises(OSError, match="disk full"):
+        land_day(spark, DAY, settings)
+    assert StorageLevel.DISK_ONLY in [level for _, level in kept]
+    assert [frame.storageLevel for frame, _ in kept] == [StorageLevel.NONE] * len(kept)

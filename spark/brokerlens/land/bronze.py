@@ -10,6 +10,7 @@ quarantine row, and the summary counts, per kind, files seen and read, rows and 
 
 from __future__ import annotations
 
+from contextlib import ExitStack
 from datetime import date
 from functools import partial
 
@@ -81,38 +82,37 @@ def not_read_frame(spark: SparkSession, not_read: list[NotRead], day: date, kind
     return spark.createDataFrame(rows, table_schema("quarantine").struct)
 
 
-def _land_kind_to_bronze(spark: SparkSession, parser, day: date, settings: LandStepSettings, files: KindFiles):
+def _land_kind_to_bronze(spark: SparkSession, parser, day: date, settings: LandStepSettings, files: KindFiles, kept: ExitStack):
     good, bad, parsed = land_kind(spark, parser, day, settings, files)
+    kept.callback(parsed.unpersist)  # at the end of land, also when this kind or another fails
     write = write_table(good, parser.TABLE, mode="replace", partitions=[{"day": day}], settings=settings)
     not_landed = metrics.samples_not_landed(spark, files.read, settings.land) if parser is metrics else 0
-    return write, bad, parsed, not_landed
+    return write, bad, not_landed
 
 
 def land_day(spark: SparkSession, day: date, settings: LandStepSettings) -> StageResult:
     result = StageResult("land", day)
-    quarantined, parsed_frames = [], []
+    quarantined = []
     # The kinds land in parallel threads (platform.spark.in_parallel).
     files = survey_day(day, settings)
-    calls = [partial(_land_kind_to_bronze, spark, parser, day, settings, files[parser.KIND]) for parser in PARSERS]
-    with progress(f"land {day}", total=len(PARSERS), unit="kinds") as step:
-        for parser, (write, bad, parsed, not_landed) in zip(PARSERS, in_parallel(spark, calls)):
-            step.note(parser.KIND)
-            step.advance()
-            parsed_frames.append(parsed)
-            result.writes.append(write)
-            result.metrics[f"{parser.KIND}_rows"] = write.rows
-            if parser is metrics:
-                result.metrics["metrics_samples_not_landed"] = not_landed
-            quarantined.append(bad)
-    # Folders of no known kind: every file in them is a quarantine row, none is read.
-    quarantined += [not_read_frame(spark, f.not_read, day, kind) for kind, f in files.items() if kind not in KINDS]
-    everything = quarantined[0]
-    for frame in quarantined[1:]:
-        everything = everything.unionByName(frame)
-    write = write_table(everything, "quarantine", mode="replace", partitions=[{"day": day, "stage": "land"}], settings=settings)
-    result.writes.append(write)
-    for frame in parsed_frames:
-        frame.unpersist()
+    with ExitStack() as kept:
+        calls = [partial(_land_kind_to_bronze, spark, parser, day, settings, files[parser.KIND], kept) for parser in PARSERS]
+        with progress(f"land {day}", total=len(PARSERS), unit="kinds") as step:
+            for parser, (write, bad, not_landed) in zip(PARSERS, in_parallel(spark, calls)):
+                step.note(parser.KIND)
+                step.advance()
+                result.writes.append(write)
+                result.metrics[f"{parser.KIND}_rows"] = write.rows
+                if parser is metrics:
+                    result.metrics["metrics_samples_not_landed"] = not_landed
+                quarantined.append(bad)
+        # Folders of no known kind: every file in them is a quarantine row, none is read.
+        quarantined += [not_read_frame(spark, f.not_read, day, kind) for kind, f in files.items() if kind not in KINDS]
+        everything = quarantined[0]
+        for frame in quarantined[1:]:
+            everything = everything.unionByName(frame)
+        write = write_table(everything, "quarantine", mode="replace", partitions=[{"day": day, "stage": "land"}], settings=settings)
+        result.writes.append(write)
     _summarise(result, files, quarantine_counts(spark, day, write, settings))
     return result
 

@@ -16,12 +16,14 @@ import sys
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from importlib.resources import files
 from pathlib import Path
 from typing import TypeVar
 
 import pyspark
-from pyspark.sql import SparkSession
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.util import inheritable_thread_target
 
 from . import jvm
@@ -200,6 +202,18 @@ def in_parallel(spark: SparkSession, calls: Sequence[Callable[[], _T]], threads:
         finally:
             for future in futures:
                 future.cancel()
+
+
+@contextmanager
+def persisted(frame: DataFrame, level: StorageLevel = StorageLevel.MEMORY_AND_DISK_DESER) -> Iterator[DataFrame]:
+    """``frame`` persisted at ``level`` (``DataFrame.cache``'s by default) for the block, and
+    unpersisted when it ends, by an error too: a stage that fails leaves nothing in the storage of
+    a session that goes on (the stage server's serves every stage)."""
+    kept = frame.persist(level)
+    try:
+        yield kept
+    finally:
+        kept.unpersist()
 
 
 class JarsMissing(RuntimeError):

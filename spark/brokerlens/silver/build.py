@@ -22,7 +22,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from brokerlens.platform.settings import PlatformSettings
-from brokerlens.platform.spark import in_parallel
+from brokerlens.platform.spark import in_parallel, persisted
 from brokerlens.platform.stage import StageResult
 from brokerlens.platform.tables import read_table, write_table
 
@@ -38,25 +38,22 @@ def build_silver(spark: SparkSession, day: date, settings: PlatformSettings) -> 
     def bronze(name: str) -> DataFrame:
         return read_table(name, spark=spark, settings=settings).where(F.col("day") == F.lit(day))
 
-    topic_stats = bronze("bronze_topic_stats").persist()
-    internal = bronze("bronze_internal_stats")
-    dispatch = bronze("bronze_dispatch").persist()
-    metrics = bronze("bronze_metrics").where(F.col("metric").isin(*OUT_COUNTERS, *CURSOR_RANGES_METRICS))
-    policies = read_table("bronze_policies", spark=spark, settings=settings).where(F.col("day") <= F.lit(day))
-    tables = {
-        "dispatch_intervals": dispatch_intervals(dispatch, topic_stats, metrics),
-        "cursor_snapshots": cursor_snapshots(internal, topic_stats, metrics),
-        "producer_snapshots": producer_snapshots(bronze("bronze_producer_stats")),
-        "rate_limits": rate_limits(policies, topic_stats, internal, dispatch, day),
-    }
-    # Scrape intervals and snapshots are dated by their own start; only the day's rows here.
-    calls = [
-        partial(write_table, frame.where(F.col("day") == F.lit(day)), name, mode="replace", partitions=[{"day": day}], settings=settings)
-        for name, frame in tables.items()
-    ]
-    for name, write in zip(tables, in_parallel(spark, calls)):
-        result.writes.append(write)
-        result.metrics[f"{name}_rows"] = write.rows
-    topic_stats.unpersist()
-    dispatch.unpersist()
+    with persisted(bronze("bronze_topic_stats")) as topic_stats, persisted(bronze("bronze_dispatch")) as dispatch:
+        internal = bronze("bronze_internal_stats")
+        metrics = bronze("bronze_metrics").where(F.col("metric").isin(*OUT_COUNTERS, *CURSOR_RANGES_METRICS))
+        policies = read_table("bronze_policies", spark=spark, settings=settings).where(F.col("day") <= F.lit(day))
+        tables = {
+            "dispatch_intervals": dispatch_intervals(dispatch, topic_stats, metrics),
+            "cursor_snapshots": cursor_snapshots(internal, topic_stats, metrics),
+            "producer_snapshots": producer_snapshots(bronze("bronze_producer_stats")),
+            "rate_limits": rate_limits(policies, topic_stats, internal, dispatch, day),
+        }
+        # Scrape intervals and snapshots are dated by their own start; only the day's rows here.
+        calls = [
+            partial(write_table, frame.where(F.col("day") == F.lit(day)), name, mode="replace", partitions=[{"day": day}], settings=settings)
+            for name, frame in tables.items()
+        ]
+        for name, write in zip(tables, in_parallel(spark, calls)):
+            result.writes.append(write)
+            result.metrics[f"{name}_rows"] = write.rows
     return result

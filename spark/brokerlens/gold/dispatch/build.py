@@ -5,6 +5,7 @@ closing debt keeps changing."""
 from __future__ import annotations
 
 import logging
+from contextlib import ExitStack
 from datetime import date, timedelta
 
 from pyspark.sql import DataFrame, SparkSession
@@ -12,6 +13,7 @@ from pyspark.sql import functions as F
 
 from brokerlens.gold.brokers import version_metrics
 from brokerlens.gold.dispatch.settings import DispatchStepSettings
+from brokerlens.platform.spark import persisted
 from brokerlens.platform.stage import StageResult
 from brokerlens.platform.tables import merge_table, read_table, write_table
 
@@ -56,61 +58,58 @@ def _built_days(spark: SparkSession, settings: DispatchStepSettings) -> set[date
 
 def _build_one(spark: SparkSession, day: date, settings: DispatchStepSettings, result: StageResult, summary: bool) -> bool:
     """Build one day; True when its closing debt differs from the one stored before."""
-    intervals = read_table("dispatch_intervals", spark=spark, settings=settings).where(F.col("day") == F.lit(day))
-    limits = read_table("rate_limits", spark=spark, settings=settings).where(F.col("day") == F.lit(day))
-    state = read_table("debt_state", spark=spark, settings=settings)
-    opening = state.where(F.col("day") == F.lit(day - timedelta(days=1))).cache()
-    previous = state.where(F.col("day") == F.lit(day)).cache()
-    previous.count()  # pin the stored closing debt before it is replaced
+    with ExitStack() as kept:  # the frames persisted below, unpersisted however the day ends
+        intervals = read_table("dispatch_intervals", spark=spark, settings=settings).where(F.col("day") == F.lit(day))
+        limits = read_table("rate_limits", spark=spark, settings=settings).where(F.col("day") == F.lit(day))
+        state = read_table("debt_state", spark=spark, settings=settings)
+        opening = kept.enter_context(persisted(state.where(F.col("day") == F.lit(day - timedelta(days=1)))))
+        previous = kept.enter_context(persisted(state.where(F.col("day") == F.lit(day))))
+        previous.count()  # pin the stored closing debt before it is replaced
 
-    models = _day_models(spark, day, settings, intervals, opening).cache()
-    # The day before too: the latest snapshot at or before the day's first periods.
-    snapshots = read_table("cursor_snapshots", spark=spark, settings=settings).where(F.col("day").between(F.lit(day - timedelta(days=1)), F.lit(day)))
-    partition = [{"day": day}]
-    result.writes.append(
-        write_table(
-            dispatch_periods(intervals, limits, opening, models, backlog_intervals(snapshots), cursor_states(snapshots, models)),
-            "dispatch_periods",
-            "replace",
-            partition,
-            settings=settings,
+        models = kept.enter_context(persisted(_day_models(spark, day, settings, intervals, opening)))
+        # The day before too: the latest snapshot at or before the day's first periods.
+        snapshots = read_table("cursor_snapshots", spark=spark, settings=settings).where(F.col("day").between(F.lit(day - timedelta(days=1)), F.lit(day)))
+        partition = [{"day": day}]
+        result.writes.append(
+            write_table(
+                dispatch_periods(intervals, limits, opening, models, backlog_intervals(snapshots), cursor_states(snapshots, models)),
+                "dispatch_periods",
+                "replace",
+                partition,
+                settings=settings,
+            )
         )
-    )
-    periods = read_table("dispatch_periods", spark=spark, settings=settings).where(F.col("day") == F.lit(day))
-    closing = closing_debt(periods, limits, opening, day).cache()
-    old = previous.select(*SCOPE, "debt_msgs", "debt_bytes")
-    new = closing.select(*SCOPE, "debt_msgs", "debt_bytes")
-    changed = bool(old.exceptAll(new).limit(1).count() or new.exceptAll(old).limit(1).count())
-    result.writes.append(merge_table(closing, "debt_state", partition, settings=settings))
-    topic_stats = read_table("bronze_topic_stats", spark=spark, settings=settings).where(F.col("day") == F.lit(day))
-    daily = dispatch_daily(periods, opening, closing, day, throttle_events(topic_stats), models)
-    result.writes.append(write_table(daily, "dispatch_daily", "replace", partition, settings=settings))
-    if summary:
-        stored = read_table("dispatch_daily", spark=spark, settings=settings).where(F.col("day") == F.lit(day))
-        totals = stored.agg(
-            F.count(F.lit(1)).alias("scopes"),
-            F.sum((F.col("periods_over") > 0).cast("int")).alias("scopes_over"),
-            F.sum(F.col("periods_starved")).alias("periods_starved"),
-        ).first()
-        result.metrics.update(
-            dispatch_scopes=totals["scopes"],
-            dispatch_scopes_over=totals["scopes_over"] or 0,
-            dispatch_periods_starved=totals["periods_starved"] or 0,
-        )
-        result.lines.extend(worst_scope_lines(stored))
-        result.lines.extend(
-            f"dispatch: {r['cluster']} {r['broker']}: {r['limiter_model']} limiter ({r['limiter_model_source']}); "
-            f"non-backlog consumers {'charged' if r['throttle_non_backlog'] else 'not charged'}, filtered entries "
-            f"{'charged' if r['throttle_filtered'] else 'not charged'} ({r['counting_rules_source']})"
-            for r in models.orderBy("cluster", "broker").collect()  # one row per broker
-        )
-        if opening.limit(1).count() == 0:
-            result.lines.append(f"dispatch: no debt_state rows for {day - timedelta(days=1)}: started from zero debt")
-    opening.unpersist()
-    previous.unpersist()
-    closing.unpersist()
-    models.unpersist()
-    return changed
+        periods = read_table("dispatch_periods", spark=spark, settings=settings).where(F.col("day") == F.lit(day))
+        closing = kept.enter_context(persisted(closing_debt(periods, limits, opening, day)))
+        old = previous.select(*SCOPE, "debt_msgs", "debt_bytes")
+        new = closing.select(*SCOPE, "debt_msgs", "debt_bytes")
+        changed = bool(old.exceptAll(new).limit(1).count() or new.exceptAll(old).limit(1).count())
+        result.writes.append(merge_table(closing, "debt_state", partition, settings=settings))
+        topic_stats = read_table("bronze_topic_stats", spark=spark, settings=settings).where(F.col("day") == F.lit(day))
+        daily = dispatch_daily(periods, opening, closing, day, throttle_events(topic_stats), models)
+        result.writes.append(write_table(daily, "dispatch_daily", "replace", partition, settings=settings))
+        if summary:
+            stored = read_table("dispatch_daily", spark=spark, settings=settings).where(F.col("day") == F.lit(day))
+            totals = stored.agg(
+                F.count(F.lit(1)).alias("scopes"),
+                F.sum((F.col("periods_over") > 0).cast("int")).alias("scopes_over"),
+                F.sum(F.col("periods_starved")).alias("periods_starved"),
+            ).first()
+            result.metrics.update(
+                dispatch_scopes=totals["scopes"],
+                dispatch_scopes_over=totals["scopes_over"] or 0,
+                dispatch_periods_starved=totals["periods_starved"] or 0,
+            )
+            result.lines.extend(worst_scope_lines(stored))
+            result.lines.extend(
+                f"dispatch: {r['cluster']} {r['broker']}: {r['limiter_model']} limiter ({r['limiter_model_source']}); "
+                f"non-backlog consumers {'charged' if r['throttle_non_backlog'] else 'not charged'}, filtered entries "
+                f"{'charged' if r['throttle_filtered'] else 'not charged'} ({r['counting_rules_source']})"
+                for r in models.orderBy("cluster", "broker").collect()  # one row per broker
+            )
+            if opening.limit(1).count() == 0:
+                result.lines.append(f"dispatch: no debt_state rows for {day - timedelta(days=1)}: started from zero debt")
+        return changed
 
 
 def _day_models(spark: SparkSession, day: date, settings: DispatchStepSettings, intervals: DataFrame, opening: DataFrame) -> DataFrame:

@@ -12,6 +12,7 @@ from pyspark.sql import functions as F
 
 from brokerlens.gold.brokers import version_metrics
 from brokerlens.gold.holes.settings import HolesStepSettings
+from brokerlens.platform.spark import persisted
 from brokerlens.platform.stage import StageResult
 from brokerlens.platform.tables import WriteResult, read_table, write_table
 
@@ -68,27 +69,27 @@ def build_holes(spark: SparkSession, day: date, settings: HolesStepSettings) -> 
     policies = read_table("bronze_policies", spark=spark, settings=settings).where(F.col("day") <= F.lit(day))
     # Read twice by cursor_ranges_frame, and again for the malformed ones' quarantine rows; kept
     # on local disk, as land keeps its parsed rows (range strings can be megabytes).
-    parsed = parsed_snapshots(snapshots, policies, version_metrics(spark, day, settings), day, alerts).persist(StorageLevel.DISK_ONLY)
-    rows, _ = cursor_ranges_frame(parsed)
-    window_start = datetime.combine(day, time(), tzinfo=timezone.utc) - timedelta(hours=alerts.growth_window_hours)
-    previous = read_table("cursor_ranges", spark=spark, settings=settings).filter(
-        (F.col("day") == F.lit(day - timedelta(days=1))) & (F.col("snapshot_at") >= F.lit(window_start))
-    )
-    cursor_ranges = with_growth(rows, previous, day, alerts).select(*table_schema("cursor_ranges").column_names)
-    result.writes.append(write_table(cursor_ranges, "cursor_ranges", mode="replace", partitions=[{"day": day}], settings=settings))
-    built = read_table("cursor_ranges", spark=spark, settings=settings).filter(on_day)
+    parsing = parsed_snapshots(snapshots, policies, version_metrics(spark, day, settings), day, alerts)
+    with persisted(parsing, StorageLevel.DISK_ONLY) as parsed:
+        rows, _ = cursor_ranges_frame(parsed)
+        window_start = datetime.combine(day, time(), tzinfo=timezone.utc) - timedelta(hours=alerts.growth_window_hours)
+        previous = read_table("cursor_ranges", spark=spark, settings=settings).filter(
+            (F.col("day") == F.lit(day - timedelta(days=1))) & (F.col("snapshot_at") >= F.lit(window_start))
+        )
+        cursor_ranges = with_growth(rows, previous, day, alerts).select(*table_schema("cursor_ranges").column_names)
+        result.writes.append(write_table(cursor_ranges, "cursor_ranges", mode="replace", partitions=[{"day": day}], settings=settings))
+        built = read_table("cursor_ranges", spark=spark, settings=settings).filter(on_day)
 
-    # Only the few malformed snapshots' ranges are looked at again, for the quarantine's detail and
-    # raw text (and a re-run that finds none clears the earlier rows).
-    bad_keys = built.filter("ranges_malformed").select(*SNAPSHOT_KEY)
-    result.metrics["malformed_ranges"] = bad_keys.count()
-    quarantined_before = read_table("quarantine", spark=spark, settings=settings).filter(
-        on_day & (F.col("stage") == "build") & (F.col("kind") == "cursor_ranges")
-    )
-    if result.metrics["malformed_ranges"] or not quarantined_before.isEmpty():
-        _, malformed = cursor_ranges_frame(parsed.join(bad_keys, SNAPSHOT_KEY, "left_semi"))
-        result.writes.append(replace_quarantine(spark, _quarantine_rows(malformed, day), day, "build", "cursor_ranges", settings))
-    parsed.unpersist()
+        # Only the few malformed snapshots' ranges are looked at again, for the quarantine's detail and
+        # raw text (and a re-run that finds none clears the earlier rows).
+        bad_keys = built.filter("ranges_malformed").select(*SNAPSHOT_KEY)
+        result.metrics["malformed_ranges"] = bad_keys.count()
+        quarantined_before = read_table("quarantine", spark=spark, settings=settings).filter(
+            on_day & (F.col("stage") == "build") & (F.col("kind") == "cursor_ranges")
+        )
+        if result.metrics["malformed_ranges"] or not quarantined_before.isEmpty():
+            _, malformed = cursor_ranges_frame(parsed.join(bad_keys, SNAPSHOT_KEY, "left_semi"))
+            result.writes.append(replace_quarantine(spark, _quarantine_rows(malformed, day), day, "build", "cursor_ranges", settings))
 
     hole_alerts = hole_alerts_frame(
         built,
