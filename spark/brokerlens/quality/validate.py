@@ -27,7 +27,7 @@ from pyspark.sql import functions as F
 from brokerlens.platform.redact import redact
 from brokerlens.platform.schemas import package_data, table_schemas
 from brokerlens.platform.settings import PlatformSettings
-from brokerlens.platform.spark import in_parallel
+from brokerlens.platform.spark import in_parallel, persisted
 from brokerlens.platform.stage import StageFailed, StageResult
 from brokerlens.platform.tables import read_table, write_table
 from brokerlens.platform.times import json_default
@@ -72,10 +72,10 @@ def _suite_run(context, table: str, suite_doc: dict, frame: DataFrame) -> Callab
     batch = asset.add_batch_definition_whole_dataframe("day").get_batch(batch_parameters={"dataframe": frame})
 
     def run() -> tuple[int, ExpectationSuiteValidationResult]:
-        try:
+        # Persisted only while its suite runs: a suite that never starts (an earlier one failed)
+        # leaves nothing cached. The batch holds the same frame, so it reads the cache.
+        with persisted(frame):
             return frame.count(), batch.validate(suite)
-        finally:
-            frame.unpersist()
 
     return run
 
@@ -121,8 +121,7 @@ def validate_day(spark: SparkSession, day: date, settings: PlatformSettings, lay
     # A suite is many small Spark jobs whose time is mostly the driver's: the tables' suites run
     # at once, and their results are read in the suites' order.
     runs = [
-        _suite_run(context, table, doc, read_table(table, spark=spark, settings=settings).where(F.col("day") == F.lit(day)).persist())
-        for table, doc in suites.items()
+        _suite_run(context, table, doc, read_table(table, spark=spark, settings=settings).where(F.col("day") == F.lit(day))) for table, doc in suites.items()
     ]
     for table, (count, outcome) in zip(suites, in_parallel(spark, runs)):
         for item in outcome.results:
