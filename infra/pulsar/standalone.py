@@ -261,12 +261,9 @@ class PulsarBroker:
                 # A standalone killed with SIGKILL and started on the same data can come up unable
                 # to resolve its own bookie: the bookie's registration lock, left behind in the
                 # RocksDB metadata store, is taken and invalidated in a loop ("bookie is unknown",
-                # seen on 4.0.7 and 3.0.7). Between two turns of that loop a new ledger can still
-                # be written (the probe passes), but no crashed topic's ledger recovers, so the
-                # loop's log line counts too. This attempt is stopped gracefully, so that its bookie
-                # unregisters and the next start finds no lock left behind: killed again, it left
-                # one, and with both cores busy every later start looped too. A crash's lost acks
-                # stay lost: a graceful stop persists only what this start recovered.
+                # seen on 4.0.7 and 3.0.7); the probe can pass between two turns, but no crashed
+                # topic recovers. Stopped gracefully, its bookie unregisters (killed, it left the
+                # lock for every later start); a graceful stop loses no crash's acks.
                 self.stop()
                 if attempt == START_ATTEMPTS:
                     raise
