@@ -12,7 +12,7 @@ from pyspark.sql import functions as F
 from brokerlens.gold.dispatch.daily import dispatch_daily
 from brokerlens.gold.dispatch.debt import closing_debt
 from brokerlens.gold.dispatch.periods import dispatch_periods
-from brokerlens.silver.intervals import counter_intervals, counter_snapshots
+from brokerlens.silver.intervals import counter_intervals, counter_snapshots, with_msgs_per_entry
 from dispatch_rows import BROKER, CLASSIC, D1, at, frame, interval, limit, offset, partition
 
 
@@ -166,7 +166,7 @@ def test_batched_burst_in_counters_is_put_down_to_batching(spark):
 
     def judged(snaps):
         stats = frame(spark, "bronze_topic_stats", snaps)
-        intervals = counter_intervals(counter_snapshots(stats), "topic-stats-counters").withColumn("day", F.lit(D1))
+        intervals = counter_intervals(counter_snapshots(with_msgs_per_entry(stats)), "topic-stats-counters").withColumn("day", F.lit(D1))
         limits = frame(spark, "rate_limits", [limit("subscription", 50, topic=t)])
         periods = dispatch_periods(intervals, limits)
         daily = dispatch_daily(periods, None, closing_debt(periods, limits, None, D1), D1)

@@ -27,7 +27,7 @@ from brokerlens.platform.stage import StageResult
 from brokerlens.platform.tables import read_table, write_table
 
 from .cursors import CURSOR_RANGES_METRICS, cursor_snapshots
-from .intervals import OUT_COUNTERS, dispatch_intervals
+from .intervals import OUT_COUNTERS, dispatch_intervals, with_msgs_per_entry
 from .limits import rate_limits
 from .producers import producer_snapshots
 
@@ -38,7 +38,7 @@ def build_silver(spark: SparkSession, day: date, settings: PlatformSettings) -> 
     def bronze(name: str) -> DataFrame:
         return read_table(name, spark=spark, settings=settings).where(F.col("day") == F.lit(day))
 
-    with persisted(bronze("bronze_topic_stats")) as topic_stats, persisted(bronze("bronze_dispatch")) as dispatch:
+    with persisted(with_msgs_per_entry(bronze("bronze_topic_stats"))) as topic_stats, persisted(bronze("bronze_dispatch")) as dispatch:
         internal = bronze("bronze_internal_stats")
         metrics = bronze("bronze_metrics").where(F.col("metric").isin(*OUT_COUNTERS, *CURSOR_RANGES_METRICS))
         policies = read_table("bronze_policies", spark=spark, settings=settings).where(F.col("day") <= F.lit(day))
