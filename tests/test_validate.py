@@ -15,7 +15,7 @@ from brokerlens.cli import app
 from brokerlens.land import dispatch
 from brokerlens.land.bronze import land_kind
 from brokerlens.platform.tables import read_table, write_table
-from brokerlens.quality.validate import load_suites
+from brokerlens.quality.validate import _columns_read, load_suites
 
 DAY = date(2026, 11, 21)
 
@@ -69,6 +69,20 @@ def test_every_bronze_and_silver_table_has_a_suite_that_expects_rows():
     for table in wanted:
         [rows] = [e for e in suites[table]["expectations"] if e["type"] == "expect_table_row_count_to_be_between"]
         assert rows["kwargs"] == {"min_value": 1} and rows["meta"]["critical_when_landed"], table
+
+
+def test_a_suite_reads_only_the_columns_its_expectations_name():
+    topic_stats = load_suites()["bronze_topic_stats"]
+    read = _columns_read(topic_stats)
+    assert read is not None and {"collected_at", "topic", "subscription_type"} <= set(read)
+    assert not {"subscription_json", "publishers_json"} & set(read)
+    rows = {"type": "expect_table_row_count_to_be_between", "kwargs": {"min_value": 1}}
+    unique = {"type": "expect_compound_columns_to_be_unique", "kwargs": {"column_list": ["topic", "subscription"]}}
+    assert _columns_read({"expectations": [rows]}) == []
+    assert _columns_read({"expectations": [rows, unique]}) == ["topic", "subscription"]
+    # An expectation that names no column may read any of them: the suite gets them all.
+    whole = {"type": "expect_table_columns_to_match_set", "kwargs": {"column_set": ["day"]}}
+    assert _columns_read({"expectations": [unique, whole]}) is None
 
 
 @pytest.mark.slow

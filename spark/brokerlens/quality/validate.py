@@ -80,6 +80,29 @@ def _suite_run(context, table: str, suite_doc: dict, frame: DataFrame) -> Callab
     return run
 
 
+def _columns_read(suite_doc: dict) -> list[str] | None:
+    """The columns a suite's expectations read, or None when one may read others (an expectation
+    of a type that names no column and is not a row count). The verbatim JSON columns are most
+    of a bronze row, and a suite's frame is cached whole while the suite runs."""
+    names: list[str] = []
+    for expectation in suite_doc["expectations"]:
+        kwargs = expectation["kwargs"]
+        if "column" in kwargs:
+            names.append(kwargs["column"])
+        elif "column_list" in kwargs:
+            names += kwargs["column_list"]
+        elif expectation["type"] != ROW_COUNT:
+            return None
+    return list(dict.fromkeys(names))
+
+
+def _suite_frame(spark: SparkSession, table: str, suite_doc: dict, day: date, settings: PlatformSettings) -> DataFrame:
+    """The table's day, with only the columns its suite reads (``day`` when it reads none)."""
+    frame = read_table(table, spark=spark, settings=settings).where(F.col("day") == F.lit(day))
+    columns = _columns_read(suite_doc)
+    return frame if columns is None else frame.select(*(columns or ["day"]))
+
+
 def _columns(kwargs: dict) -> str | None:
     if "column" in kwargs:
         return kwargs["column"]
@@ -120,9 +143,7 @@ def validate_day(spark: SparkSession, day: date, settings: PlatformSettings, lay
     suites = {t: doc for t, doc in load_suites().items() if layer in (None, layers.get(t))}
     # A suite is many small Spark jobs whose time is mostly the driver's: the tables' suites run
     # at once, and their results are read in the suites' order.
-    runs = [
-        _suite_run(context, table, doc, read_table(table, spark=spark, settings=settings).where(F.col("day") == F.lit(day))) for table, doc in suites.items()
-    ]
+    runs = [_suite_run(context, table, doc, _suite_frame(spark, table, doc, day, settings)) for table, doc in suites.items()]
     for table, (count, outcome) in zip(suites, in_parallel(spark, runs)):
         for item in outcome.results:
             doc: dict[str, Any] = item.to_json_dict()
