@@ -12,6 +12,7 @@ from datetime import date, datetime
 from landing_helpers import FIXTURES, install_fixtures, rows
 
 from brokerlens.land.bronze import land_day
+from brokerlens.platform.schemas import table_schema
 from brokerlens.platform.tables import read_table
 from brokerlens.silver.build import build_silver
 
@@ -199,3 +200,43 @@ def test_a_day_of_plain_scrapes_feeds_dispatch_and_ranges(spark, settings):
         (topic, sub, broker.replace("_", ":"), r, "metrics") for broker, (topic, sub, _, ranges) in SCRAPED.items() for r in ranges
     ]
     assert {s["namespace"] for s in snapshots} == {"acme/ns1"}
+
+
+def test_each_cursor_pairs_with_the_nearest_stats_within_the_pairing_distance(spark):
+    """Internal stats at 10:00:59.5, 10:05:00 and 10:09:00; topic stats 59.4 s after the first
+    (the next minute: a pair across a minute's edge), 70 s after the second and at 10:08:00.5 and
+    10:09:30 around the third. The first pairs; the second stands alone, and so does its stats
+    snapshot; the third takes the nearer one (30 s), and the other (59.5 s) stands alone."""
+    from dispatch_rows import frame
+
+    from brokerlens.silver.cursors import cursor_snapshots
+
+    def t(minute: int, seconds: float) -> datetime:
+        return datetime(2026, 11, 21, 10, minute, int(seconds), int(round(seconds % 1 * 1e6)))
+
+    common = {"day": DAY, "cluster": "c1", "broker": "b1", "topic": P0, "ingested_at": t(0, 0)}
+    internal = frame(
+        spark,
+        "bronze_internal_stats",
+        [
+            common | {"collected_at": at_, "cursor": "s1", "total_non_contiguous_deleted_messages_range": n, "source_file": f"i{n}"}
+            for n, at_ in enumerate([t(0, 59.5), t(5, 0), t(9, 0)])
+        ],
+    )
+    stats = frame(
+        spark,
+        "bronze_topic_stats",
+        [
+            common | {"collected_at": at_, "subscription": "s1", "msg_backlog": b, "source_file": f"s{b}"}
+            for b, at_ in [(10, t(1, 58.9)), (20, t(6, 10)), (30, t(8, 0.5)), (40, t(9, 30))]
+        ],
+    )
+    metrics = spark.createDataFrame([], table_schema("bronze_metrics").struct)
+    got = sorted((r["snapshot_at"], r["ranges_source"], r["ranges_reported"], r["msg_backlog"]) for r in cursor_snapshots(internal, stats, metrics).collect())
+    assert got == [
+        (t(0, 59.5), "internal-stats", 0, 10),
+        (t(5, 0), "internal-stats", 1, None),
+        (t(6, 10), "topic-stats", None, 20),
+        (t(8, 0.5), "topic-stats", None, 30),
+        (t(9, 0), "internal-stats", 2, 40),
+    ]

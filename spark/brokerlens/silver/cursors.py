@@ -86,16 +86,18 @@ def cursor_snapshots(internal: DataFrame, topic_stats: DataFrame, metrics: DataF
         F.col("source_file").alias("stats_file"),
     )
     key = ["cluster", "topic", "subscription"]
+    pairing_us = STATS_PAIRING_SECONDS * 1_000_000
     gap = F.abs(F.unix_micros("stats_at") - F.unix_micros("internal_at"))
     nearest = Window.partitionBy(*key, "internal_at").orderBy(gap, "stats_at")
-    paired = (
-        cursors.join(subs, key, "left")
-        .where(F.col("stats_at").isNull() | (gap <= STATS_PAIRING_SECONDS * 1_000_000))
-        .withColumn("_rank", F.row_number().over(nearest))
-        .where("_rank = 1")
-        .drop("_rank")
+    # Candidates share a pairing-wide time bucket with the cursor's or a neighbour: joined on the
+    # subscription alone, every cursor snapshot met every stats snapshot of the day, a number that
+    # grows with the square of the day's snapshots.
+    bucket = F.floor(F.unix_micros("internal_at") / pairing_us)
+    candidates = cursors.withColumn("_bucket", F.explode(F.sequence(bucket - 1, bucket + 1))).join(
+        subs.withColumn("_bucket", F.floor(F.unix_micros("stats_at") / pairing_us)), [*key, "_bucket"]
     )
-    # A left join whose only candidates were too far apart lost the cursor: bring it back alone.
+    paired = candidates.where(gap <= pairing_us).drop("_bucket").withColumn("_rank", F.row_number().over(nearest)).where("_rank = 1").drop("_rank")
+    # A cursor without stats within the pairing distance stands alone.
     lost = cursors.join(paired.select(*key, "internal_at"), [*key, "internal_at"], "left_anti")
     paired = paired.unionByName(lost, allowMissingColumns=True)
     alone = subs.join(paired.where(F.col("stats_at").isNotNull()).select(*key, "stats_at"), [*key, "stats_at"], "left_anti")
