@@ -86,13 +86,10 @@ def _columns_read(suite_doc: dict) -> list[str] | None:
     of a bronze row, and a suite's frame is cached whole while the suite runs."""
     names: list[str] = []
     for expectation in suite_doc["expectations"]:
-        kwargs = expectation["kwargs"]
-        if "column" in kwargs:
-            names.append(kwargs["column"])
-        elif "column_list" in kwargs:
-            names += kwargs["column_list"]
-        elif expectation["type"] != ROW_COUNT:
+        named = _named_columns(expectation["kwargs"])
+        if named is None and expectation["type"] != ROW_COUNT:
             return None
+        names += named or []
     return list(dict.fromkeys(names))
 
 
@@ -103,12 +100,18 @@ def _suite_frame(spark: SparkSession, table: str, suite_doc: dict, day: date, se
     return frame if columns is None else frame.select(*(columns or ["day"]))
 
 
-def _columns(kwargs: dict) -> str | None:
+def _named_columns(kwargs: dict) -> list[str] | None:
+    """The columns an expectation's arguments name (``column``, ``column_list``); None: neither."""
     if "column" in kwargs:
-        return kwargs["column"]
+        return [kwargs["column"]]
     if "column_list" in kwargs:
-        return ",".join(kwargs["column_list"])
+        return list(kwargs["column_list"])
     return None
+
+
+def _columns(kwargs: dict) -> str | None:
+    named = _named_columns(kwargs)
+    return None if named is None else ",".join(named)
 
 
 def _detail(result: dict) -> str:
