@@ -75,7 +75,9 @@ def experiments(broker, label: str, collector: Collector) -> dict:
 
         def raise_rate():
             time.sleep(SECONDS / 2)
-            broker.admin("POST", broker.topic_path(t) + "/subscriptionDispatchRate", json=rate(2 * Q))
+            seen["changed"] = [time.time()]  # posted, then applied (the admin API gives it back)
+            set_dispatch_rate(broker, t, rate(2 * Q))
+            seen["changed"].append(time.time())
 
         seen["change"] = (t, consume(client, t, SUB, SECONDS + 2, during=raise_rate))
     finally:
@@ -122,8 +124,9 @@ def day(pulsar_brokers, spark, tmp_path_factory):
             time.sleep(1)
             seen = (keeping_up if label == "non-backlog-off" else experiments)(broker, label, collector)
         assert not collector.errors, collector.errors
+        changed = seen.pop("changed", None)
         stats = {name: broker.stats(t)["subscriptions"][SUB] for name, (t, _) in seen.items()}
-        return {"broker": f"127.0.0.1:{broker.web_port}", "seen": seen, "stats": stats}
+        return {"broker": f"127.0.0.1:{broker.web_port}", "seen": seen, "stats": stats, "changed": changed}
 
     runs = at_once(CONFIGS, run)
     today = datetime.now(timezone.utc).date()
@@ -151,14 +154,13 @@ def received(day, label, name):
     return day["runs"][label]["seen"][name][1]
 
 
-def reads(day, label, name) -> tuple[list[int], float]:
-    """The messages of each of the consumer's reads (runs of receives no 0.3 s pause splits) and
-    the shortest time between two reads' first receives. Reads, not windows of the receive clock:
-    on a busy machine a receive comes a tenth of a second late or more (the consumer's thread
-    waits for the GIL and a core), which moves a read against a fixed window but neither splits
-    it nor joins it to the next, a period later."""
-    found = received(day, label, name).reads(0.3)
-    return [n for _, n in found], min(b - a for (a, _), (b, _) in pairwise(found))
+def reads(found: list[tuple[float, int]]) -> tuple[list[int], float]:
+    """The messages of each of the consumer's reads (runs of receives no 0.3 s pause splits, from
+    ``Received.reads(0.3)``) and the shortest time between two reads' first receives. Reads, not
+    windows of the receive clock: on a busy machine a receive comes a tenth of a second late or
+    more (the consumer's thread waits for the GIL and a core), which moves a read against a fixed
+    window but neither splits it nor joins it to the next, a period later."""
+    return [n for _, n in found], min((b - a for (a, _), (b, _) in pairwise(found)), default=float("inf"))
 
 
 def stats(day, label, name):
@@ -213,7 +215,7 @@ def test_batched_burst_over_a_topic_limit_is_batching(day, label):
 def test_unbatched_throttled_subscription_is_not_over(day, label):
     """One read of 50 per period: the consumer's reads held at most 50 and came at least half a
     second apart, and brokerlens finds nothing over."""
-    counts, closest = reads(day, label, "sub-plain")
+    counts, closest = reads(received(day, label, "sub-plain").reads(0.3))
     assert max(counts) == Q and closest >= 0.5
     assert daily_row(day, label, "sub-plain")["excess_msgs"] == 0
 
@@ -241,13 +243,24 @@ def test_first_period_after_idle_is_one_quota(day, label):
 @LABELS
 def test_rate_change_mid_run(day, label):
     """50 -> 100 msg/s halfway: brokerlens' quota follows the landed policy, nothing is over, and
-    the consumer's reads held at most 100 and came at least half a second apart."""
+    the consumer's reads held one quota each and came at least half a second apart, before the
+    change (50) and from a period after it (100). Across the change, the token bucket limiter is
+    built anew and full (DispatchRateLimiterAsyncTokenBucketImpl.updateDispatchRate: initial
+    tokens = the rate) and refilled a period after it was built, whatever the reads' schedule: its
+    first two quotas can come close together, so the reads begun in between hold at most the old
+    quota and two new ones."""
     # The rows that delivered: the topic's first snapshot can precede the policy collect landed.
     periods = [r for r in rows(day, label, "change") if r["msgs"]]
     limits = [r["msg_limit"] for r in periods]
     assert limits[0] == Q and limits[-1] == 2 * Q
-    counts, closest = reads(day, label, "change")
-    assert max(counts) <= 2 * Q and closest >= 0.5
+    posted, applied = day["runs"][label]["changed"]
+    found = received(day, label, "change").reads(0.3)
+    before, closest_before = reads([r for r in found if r[0] < posted])
+    after, closest_after = reads([r for r in found if r[0] >= applied + 1.5])
+    across = [n for at, n in found if posted <= at < applied + 1.5]
+    assert len(before) >= 2 and max(before) <= Q and closest_before >= 0.5, before
+    assert len(after) >= 2 and max(after) <= 2 * Q and closest_after >= 0.5, after
+    assert sum(across) <= Q + 2 * 2 * Q, across
     assert daily_row(day, label, "change")["excess_msgs"] == 0
 
 
