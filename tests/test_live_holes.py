@@ -94,8 +94,24 @@ def reload_experiment(broker, settings, label: str) -> dict[str, dict]:
                 observed[name] = received_again(broker, holes)
         collect(None, settings, admin_url=broker.admin_url)
     return {
-        name: {"ranges_broker": ranges_seen[name], "received": observed[name][0], "acked_again": observed[name][1], "holes": h} for name, h in cases.items()
+        name: {
+            "ranges_broker": ranges_seen[name],
+            "received": observed[name][0],
+            "acked_again": observed[name][1],
+            "holes": h,
+            "broker_log": _cursor_log(broker, h.topic),
+        }
+        for name, h in cases.items()
     }
+
+
+def _cursor_log(broker, topic: str) -> list[str]:
+    """The broker's starts and what it logged of the topic's ledgers and cursor, for a failure
+    to show: which ledger a cursor recovered from or opened, and whether a start looped."""
+    name = topic.rsplit("/", 1)[-1]
+    lines = broker.log_path.read_text(errors="replace").splitlines() if broker.log_path.is_file() else []
+    keep = ("edger", "ursor", "recover")
+    return [f"starts: {broker.starts}"] + [line for line in lines if name in line and any(k in line for k in keep)][-30:]
 
 
 @pytest.fixture(scope="module")
@@ -169,7 +185,7 @@ def test_reload_events_predicted_equals_observed(live_holes, name):
         # crash the cursor keeps the ledger it recovered from (ManagedCursorImpl.recoveredCursor)
         # and opens a new one only at its next mark-delete, which no consumer made here.
         assert "counters-reset" in event["signals"], (case, event)
-        assert ("ledgers-replaced" in event["signals"]) == (kind == "unload"), (case, event)
+        assert ("ledgers-replaced" in event["signals"]) == (kind == "unload"), (case, event, *r["broker_log"])
         assert event["broker_before"] == event["broker_after"]
         predicted = event[f"predicted_{kind}_exposure"]
         assert predicted == event["observed_lost"] == event["acks_lost"] == event["backlog_jump"] == r["acked_again"], (case, event)
