@@ -155,11 +155,13 @@ def with_growth(today: DataFrame, previous: DataFrame, day: date, alerts: AlertS
     window_us = int(alerts.growth_window_hours * 3.6e9)
     window = Window.partitionBy(*KEY).orderBy(F.unix_micros("snapshot_at")).rangeBetween(-window_us, 0)
     enough = F.col("growth_snapshots") >= alerts.growth_min_snapshots
+    # Both over the window in one select, so one Window operator walks each cursor's frames once.
     grown = (
         both.withColumn("x", hours)
-        .withColumn("growth_snapshots", F.count("ranges").over(window).cast("int"))
-        .withColumn("growth_per_hour", F.when(enough, F.regr_slope("ranges", "x").over(window)))
+        .select("*", F.count("ranges").over(window).cast("int").alias("growth_snapshots"), F.regr_slope("ranges", "x").over(window).alias("slope"))
+        .withColumn("growth_per_hour", F.when(enough, F.col("slope")))
         .filter("is_today")
+        .drop("slope")
     )
     hours_to_cap = F.when(F.col("ranges") >= F.col("cap"), F.lit(0.0)).when(
         F.col("growth_per_hour") > 0, (F.col("cap") - F.col("ranges")) / F.col("growth_per_hour")
