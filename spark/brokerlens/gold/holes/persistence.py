@@ -52,17 +52,12 @@ def with_persistence(snapshots: DataFrame, policies: DataFrame, metrics: DataFra
     (earlier days' records hold on); ``metrics``: bronze_metrics of the days a broker's version is
     searched in (:func:`~brokerlens.gold.brokers.version_metrics`)."""
     keys = [CAP_KEY, METADATA_STORE_CAP_KEY, LONG_ARRAY_KEY]
-    # broker.conf depends on the broker and the instant, not on the cursor: looked up once per
-    # broker and collect (a collect dates every snapshot it takes alike), not per snapshot.
-    # Null-safe on the broker: a snapshot with no broker takes the cluster's settings.
-    at = ["cluster", "broker", "snapshot_at"]
-    config = broker_config_at(snapshots, policies, keys, at, F.col("snapshot_at")).select(*(F.col(c).alias(f"k_{c}") for c in at), *keys)
+    config = broker_config_at(snapshots, policies, keys, SNAPSHOT_KEY, F.col("snapshot_at"))
     positive = lambda key: F.when(F.col(key).try_cast("bigint") > 0, F.col(key).try_cast("bigint"))  # noqa: E731
     flag = F.lower(F.trim(F.col(LONG_ARRAY_KEY)))
     versions = version_choice(metrics, day, LONG_ARRAY_SINCE, LONG_ARRAY, RANGES)
     df = (
-        snapshots.join(config, [F.col(c).eqNullSafe(F.col(f"k_{c}")) for c in at], "left")
-        .drop(*(f"k_{c}" for c in at))
+        snapshots.join(config, SNAPSHOT_KEY, "left")
         .join(
             F.broadcast(versions),
             (F.col("cluster") == F.col("v_cluster")) & (F.col("broker") == F.col("v_broker")),
