@@ -12,8 +12,7 @@ from datetime import date, datetime
 from landing_helpers import FIXTURES, install_fixtures, rows
 
 from brokerlens.land.bronze import land_day
-from brokerlens.platform.schemas import table_schema
-from brokerlens.platform.tables import read_table
+from brokerlens.platform.tables import empty_frame, read_table
 from brokerlens.silver.build import build_silver
 
 DAY = date(2026, 11, 21)
@@ -231,7 +230,7 @@ def test_each_cursor_pairs_with_the_nearest_stats_within_the_pairing_distance(sp
             for b, at_ in [(10, t(1, 58.9)), (20, t(6, 10)), (30, t(8, 0.5)), (40, t(9, 30))]
         ],
     )
-    metrics = spark.createDataFrame([], table_schema("bronze_metrics").struct)
+    metrics = empty_frame("bronze_metrics", spark)
     got = sorted((r["snapshot_at"], r["ranges_source"], r["ranges_reported"], r["msg_backlog"]) for r in cursor_snapshots(internal, stats, metrics).collect())
     assert got == [
         (t(0, 59.5), "internal-stats", 0, 10),
