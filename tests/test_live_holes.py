@@ -93,25 +93,26 @@ def reload_experiment(broker, settings, label: str) -> dict[str, dict]:
             if name.startswith("crash"):
                 observed[name] = received_again(broker, holes)
         collect(None, settings, admin_url=broker.admin_url)
+    log = broker.log_path.read_text(errors="replace").splitlines() if broker.log_path.is_file() else []
     return {
         name: {
             "ranges_broker": ranges_seen[name],
             "received": observed[name][0],
             "acked_again": observed[name][1],
             "holes": h,
-            "broker_log": _cursor_log(broker, h.topic),
+            "broker_log": _cursor_log(broker, log, h.topic),
         }
         for name, h in cases.items()
     }
 
 
-def _cursor_log(broker, topic: str) -> list[str]:
-    """The broker's starts and what it logged of the topic's ledgers and cursor, for a failure
-    to show: which ledger a cursor recovered from or opened, and whether a start looped."""
+def _cursor_log(broker, log: list[str], topic: str) -> list[str]:
+    """The broker's starts and what it logged (``log``: its log's lines) of the topic's ledgers
+    and cursor, for a failure to show: which ledger a cursor recovered from or opened, and
+    whether a start looped."""
     name = topic.rsplit("/", 1)[-1]
-    lines = broker.log_path.read_text(errors="replace").splitlines() if broker.log_path.is_file() else []
-    keep = ("edger", "ursor", "recover")
-    return [f"starts: {broker.starts}"] + [line for line in lines if name in line and any(k in line for k in keep)][-30:]
+    about = [line for line in log if name in line and any(k in line.lower() for k in ("ledger", "cursor", "recover"))]
+    return [f"starts: {broker.starts}", *about[-30:]]
 
 
 @pytest.fixture(scope="module")
