@@ -261,12 +261,9 @@ class PulsarBroker:
                 # A standalone killed with SIGKILL and started on the same data can come up unable
                 # to resolve its own bookie: the bookie's registration lock, left behind in the
                 # RocksDB metadata store, is taken and invalidated in a loop ("bookie is unknown",
-                # seen on 4.0.7 and 3.0.7); the probe can pass between two turns. Stopped
-                # gracefully, its bookie unregisters (killed, it left the lock for every later
-                # start). But the start had already loaded the namespace's topics, crashed ones
-                # too, and the graceful stop closes their cursors as an unload does: the position
-                # goes to the metadata store and the cursor ledger is deleted (seen on 4.0.7), so
-                # the next start recovers those topics from an unload, not from the crash.
+                # seen on 4.0.7 and 3.0.7). Stopped gracefully, its bookie unregisters (killed, it
+                # left the lock for every later start); but it has loaded the crashed topics, and
+                # closes their cursors as an unload does (4.0.7's log): no longer a crash's state.
                 self.stop()
                 if attempt == START_ATTEMPTS:
                     raise
