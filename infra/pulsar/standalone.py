@@ -62,20 +62,14 @@ BASE_CONFIG = {
     # at 0.965: every broker after that one stored nothing. The test bookies write megabytes.
     "diskUsageThreshold": 0.99,
 }
+# What Pulsar's bin/pulsar opens on Java 17 for Netty and its metrics.
+JAVA_BASE_OPENS = ("java.io", "java.util.zip", "sun.net", "jdk.internal.misc")
 JVM_OPTIONS = [
     "-Xms256m",
     "-Xmx1g",
     "-XX:MaxDirectMemorySize=1g",
     "-XX:+UseG1GC",
-    # What Pulsar's bin/pulsar passes on Java 17 for Netty and its metrics.
-    "--add-opens",
-    "java.base/java.io=ALL-UNNAMED",
-    "--add-opens",
-    "java.base/java.util.zip=ALL-UNNAMED",
-    "--add-opens",
-    "java.base/sun.net=ALL-UNNAMED",
-    "--add-opens",
-    "java.base/jdk.internal.misc=ALL-UNNAMED",
+    *[option for package in JAVA_BASE_OPENS for option in ("--add-opens", f"java.base/{package}=ALL-UNNAMED")],
     "--add-opens",
     "java.management/sun.management=ALL-UNNAMED",
     "--add-opens",
@@ -117,7 +111,11 @@ class BookieReadOnly(BrokerError):
 # Starts of one standalone before it is given up (see PulsarBroker.start), and the probe's bound.
 START_ATTEMPTS = 3
 PROBE_TIMEOUT_SECONDS = 20
-PROBE_TOPIC = "persistent://public/default/brokerlens-probe"
+# In a namespace of its own: a lookup loads every topic of the bundle it owns
+# (NamespaceService.findBrokerServiceUrl -> PulsarService.loadNamespaceTopics), and a start the
+# probe finds unusable is stopped gracefully, which would close a crash's topics as an unload does.
+PROBE_NAMESPACE = "public/brokerlens-probe"
+PROBE_TOPIC = f"persistent://{PROBE_NAMESPACE}/probe"
 # What the bookie-resolution loop (see PulsarBroker.start) logs; a sound start logs it never.
 BOOKIE_UNKNOWN = "bookie is unknown"
 
@@ -262,8 +260,7 @@ class PulsarBroker:
                 # to resolve its own bookie: the bookie's registration lock, left behind in the
                 # RocksDB metadata store, is taken and invalidated in a loop ("bookie is unknown",
                 # seen on 4.0.7 and 3.0.7). Stopped gracefully, its bookie unregisters (killed, it
-                # left the lock for every later start); but it has loaded the crashed topics, and
-                # closes their cursors as an unload does (4.0.7's log): no longer a crash's state.
+                # left the lock for every later start); only the probe's namespace was loaded.
                 self.stop()
                 if attempt == START_ATTEMPTS:
                     raise
@@ -288,6 +285,9 @@ class PulsarBroker:
         """A message through a probe topic: the broker can write its ledgers (reach its bookie)."""
         import pulsar
 
+        created = requests.put(f"{self.admin_url}/admin/v2/namespaces/{PROBE_NAMESPACE}", timeout=30)
+        if created.status_code not in (204, 409):  # 409: made by an earlier start
+            raise BrokerError(f"PUT namespace {PROBE_NAMESPACE}: HTTP {created.status_code} {created.text[:300]}")
         client = pulsar.Client(self.service_url, operation_timeout_seconds=PROBE_TIMEOUT_SECONDS, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
         try:
             client.create_producer(PROBE_TOPIC, send_timeout_millis=PROBE_TIMEOUT_SECONDS * 1000).send(b"probe")
