@@ -71,6 +71,9 @@ def experiments(broker, label: str, collector: Collector) -> dict:
         seen["small-reads"] = (t, consume(client, t, SUB, 3, queue=10))
         t = limited("topic-batched", messages=400, batch=BATCH, kind="dispatchRate")
         seen["topic-batched"] = (t, consume(client, t, SUB, SECONDS))
+        # A receiver queue over twice the backlog: the client asks for more permits after half its
+        # queue, and the dispatcher reads on that request at once; the classic limiter renews on a
+        # fixed schedule, so a read on it can come just after a renewal that followed a read.
         t = limited("change", messages=800)
 
         def raise_rate():
@@ -79,7 +82,7 @@ def experiments(broker, label: str, collector: Collector) -> dict:
             set_dispatch_rate(broker, t, rate(2 * Q))
             seen["changed"].append(time.time())
 
-        seen["change"] = (t, consume(client, t, SUB, SECONDS + 2, during=raise_rate))
+        seen["change"] = (t, consume(client, t, SUB, SECONDS + 2, queue=2000, during=raise_rate))
     finally:
         client.close()
     return seen
@@ -167,6 +170,21 @@ def stats(day, label, name):
     return day["runs"][label]["stats"][name]
 
 
+# The model's slack is one quota, what a limiter that held uses at steady throttle: a snapshot
+# interval whose ends fall just around two of a throttled consumer's reads is judged at the edge.
+# Its length is known to within the collect's timing (the stats are asked for after the stamp), and
+# the broker counts a read when it sends it, a storage read's latency after the limiter passed it:
+# tens of milliseconds on a loaded machine, one or two messages at 50 msg/s.
+TIMING_MSGS = 2
+
+
+def assert_not_over(day, label, name):
+    """brokerlens finds nothing over but timing: over only in intervals holding more than a
+    quota's reads, and at most ``TIMING_MSGS`` in each."""
+    over = [r for r in rows(day, label, name) if r["over_msgs"]]
+    assert all(r["over_msgs"] <= TIMING_MSGS and r["counted_msgs"] > r["msg_limit"] for r in over), over
+
+
 def test_nothing_quarantined(day):
     assert day["quarantined"] == 0
 
@@ -214,10 +232,10 @@ def test_batched_burst_over_a_topic_limit_is_batching(day, label):
 @LABELS
 def test_unbatched_throttled_subscription_is_not_over(day, label):
     """One read of 50 per period: the consumer's reads held at most 50 and came at least half a
-    second apart, and brokerlens finds nothing over."""
+    second apart, and brokerlens finds nothing over but timing (``assert_not_over``)."""
     counts, closest = reads(received(day, label, "sub-plain").reads(0.3))
     assert max(counts) == Q and closest >= 0.5
-    assert daily_row(day, label, "sub-plain")["excess_msgs"] == 0
+    assert_not_over(day, label, "sub-plain")
 
 
 @LABELS
@@ -237,18 +255,18 @@ def test_first_period_after_idle_is_one_quota(day, label):
         assert len(bursts) >= 2 and Q <= bursts[0] <= Q + 10, bursts
     else:
         assert Q <= seen.within(seen.first, 0.9) <= 2 * Q
-    assert daily_row(day, label, "small-reads")["excess_msgs"] == 0
+    assert_not_over(day, label, "small-reads")
 
 
 @LABELS
 def test_rate_change_mid_run(day, label):
-    """50 -> 100 msg/s halfway: brokerlens' quota follows the landed policy, nothing is over, and
-    the consumer's reads held one quota each and came at least half a second apart, before the
-    change (50) and from a period after it (100). Across the change, the token bucket limiter is
-    built anew and full (DispatchRateLimiterAsyncTokenBucketImpl.updateDispatchRate: initial
-    tokens = the rate) and refilled a period after it was built, whatever the reads' schedule: its
-    first two quotas can come close together, so the reads begun in between hold at most the old
-    quota and two new ones."""
+    """50 -> 100 msg/s halfway: brokerlens' quota follows the landed policy, nothing is over but
+    timing, and the consumer's reads held one quota each and came at least half a second apart,
+    before the change (50) and from a period after it (100). Across the change, the token bucket
+    limiter is built anew and full (DispatchRateLimiterAsyncTokenBucketImpl.updateDispatchRate:
+    initial tokens = the rate) and refilled a period after it was built, whatever the reads'
+    schedule: its first two quotas can come close together, so the reads begun in between hold at
+    most the old quota and two new ones."""
     # The rows that delivered: the topic's first snapshot can precede the policy collect landed.
     periods = [r for r in rows(day, label, "change") if r["msgs"]]
     limits = [r["msg_limit"] for r in periods]
@@ -261,7 +279,7 @@ def test_rate_change_mid_run(day, label):
     assert len(before) >= 2 and max(before) <= Q and closest_before >= 0.5, before
     assert len(after) >= 2 and max(after) <= 2 * Q and closest_after >= 0.5, after
     assert sum(across) <= Q + 2 * 2 * Q, across
-    assert daily_row(day, label, "change")["excess_msgs"] == 0
+    assert_not_over(day, label, "change")
 
 
 @LABELS
