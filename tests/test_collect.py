@@ -9,11 +9,12 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import subprocess
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
@@ -136,7 +137,13 @@ def test_collect_writes_envelopes_verbatim(admin, collect_settings, caplog):
 
 @pytest.mark.slow
 def test_policies_only_when_changed(admin, collect_settings):
-    collect(None, collect_settings, admin_url=admin)
+    times = []  # each collect's time, which dates its policy changes
+
+    def collected():
+        result = collect(None, collect_settings, admin_url=admin)
+        times.append(re.search(r"\(collected_at (\S+),", "\n".join(result.lines)).group(1))
+
+    collected()
     [first] = landed(collect_settings, "policies")
     records = [json.loads(line) for line in first.read_text().splitlines()]
     by_kind = {(r["kind"], r.get("namespace") or r.get("topic") or r.get("broker")): r for r in records}
@@ -159,7 +166,7 @@ def test_policies_only_when_changed(admin, collect_settings):
 
     # Nothing changed: no policy records.
     Replay.failures = {}
-    collect(None, collect_settings, admin_url=admin)
+    collected()
     assert len(landed(collect_settings, "policies")) == 1
 
     # A changed namespace limit and a removed topic policy: exactly those two records.
@@ -172,7 +179,7 @@ def test_policies_only_when_changed(admin, collect_settings):
         },
         "/admin/v2/persistent/acme/orders/order-events/dispatchRate": None,
     }
-    collect(None, collect_settings, admin_url=admin)
+    collected()
     third = landed(collect_settings, "policies")[-1]
     records = [json.loads(line) for line in third.read_text().splitlines()]
     assert sorted((r["kind"], r["policy"] and r["policy"]["dispatchThrottlingRateInMsg"]) for r in records) == [
@@ -182,7 +189,6 @@ def test_policies_only_when_changed(admin, collect_settings):
     # The broker applied each change between the collect that last saw the old value and this one:
     # a cut (200 -> 120) counts from this collect, a removal (no limit) from the start of the
     # second (the rate period) of the one before.
-    times = [json.loads(path.read_text())[0]["collected_at"] for path in landed(collect_settings, "topic-stats")]
     assert sorted((r["kind"], r["effective_at"]) for r in records) == [
         ("namespace-subscription-dispatch-rate", times[2]),
         ("topic-dispatch-rate", times[1][:19] + "Z"),
@@ -196,8 +202,7 @@ def test_policies_only_when_changed(admin, collect_settings):
         "relativeToPublishRate": False,
         "ratePeriodInSecond": 1,
     }
-    collect(None, collect_settings, admin_url=admin)
-    times = [json.loads(path.read_text())[0]["collected_at"] for path in landed(collect_settings, "topic-stats")]
+    collected()
     records = [json.loads(line) for line in landed(collect_settings, "policies")[-1].read_text().splitlines()]
     assert [(r["effective_at"], r["policy"]["dispatchThrottlingRateInMsg"], r["policy"]["dispatchThrottlingRateInByte"]) for r in records] == [
         (times[2][:19] + "Z", 300, -1),
@@ -222,6 +227,32 @@ def test_two_collects_of_one_millisecond_keep_both_snapshots(admin, collect_sett
     assert sorted({e["cluster"] for e in json.loads(f.read_text())}.pop() for f in files) == ["c1", "c2"]
     assert [f.name for f in landed(collect_settings, "internal-stats")] == ["collect-101500-250-2.json", "collect-101500-250.json"]
     assert not list(collect_settings.landing.rglob(".*"))  # no temporary file left
+
+
+def test_each_topic_is_dated_when_its_stats_are_asked_for(admin, collect_settings, monkeypatch):
+    """A collect begun a few milliseconds before midnight asks for its topics' stats after it: each
+    topic's snapshot (and its partitions' internal stats) carries the time its stats were asked
+    for and lands under that time's day; the collect's own files (policies) stay under its day."""
+    midnight = datetime(2026, 11, 28, tzinfo=timezone.utc)
+    calls = []
+
+    class Ticking(datetime):
+        @classmethod
+        def now(cls, tz=None):
+            calls.append(None)  # the day check, the collect's time, then one per topic
+            return midnight + timedelta(milliseconds=-5 if len(calls) <= 2 else 10 * len(calls))
+
+    monkeypatch.setattr(collect_module, "datetime", Ticking)
+    collect(None, collect_settings, admin_url=admin)
+    assert [p.relative_to(collect_settings.landing).parts[:2] for p in landed(collect_settings, "policies")] == [("2026-11-27", "policies")]
+    [ts_file] = landed(collect_settings, "topic-stats")
+    assert ts_file.parent.parent.name == "2026-11-28"
+    topics = {e["topic"]: e["collected_at"] for e in json.loads(ts_file.read_text())}
+    assert sorted(topics.values()) == ["2026-11-28T00:00:00.030Z", "2026-11-28T00:00:00.040Z"]
+    [is_file] = landed(collect_settings, "internal-stats")
+    internal = {e["topic"]: e["collected_at"] for e in json.loads(is_file.read_text())}
+    assert internal["persistent://acme/orders/order-events"] == topics["persistent://acme/orders/order-events"]
+    assert {at for name, at in internal.items() if "-partition-" in name} == {topics["persistent://acme/orders/orders"]}
 
 
 def test_without_hard_links_a_new_file_still_never_replaces_one(tmp_path, monkeypatch):

@@ -1,7 +1,8 @@
 """``brokerlens collect``: snapshot a live cluster's admin REST API into landing.
 
 One run lists tenants, namespaces and topics and writes, in the envelope of schemas/landing/README.md
-"Landing formats", under ``<landing>/<UTC day of the collection>/``:
+"Landing formats", under ``<landing>/<UTC day of the collection>/`` (the stats under the day of
+their own ``collected_at``: each topic's is when its stats were asked for):
 
 * ``topic-stats/collect-<HHMMSS-mmm>.json``: ``GET .../{topic}/stats`` per non-partitioned topic and
   ``GET .../{topic}/partitioned-stats?perPartition=true`` per partitioned topic;
@@ -96,6 +97,11 @@ def _envelope(collected_at: str, cluster: str, broker: str | None, topic: str, s
     return {"collected_at": collected_at, "cluster": cluster, "broker": broker, "topic": topic, "stats": stats}
 
 
+def _instant(clock: datetime) -> str:
+    """``2026-11-21T10:00:00.250Z``: to the millisecond, in UTC."""
+    return f"{clock.strftime('%Y-%m-%dT%H:%M:%S')}.{clock.microsecond // 1000:03d}Z"
+
+
 def _owner(client: AdminClient, topic: str, stats: dict) -> str | None:
     """Broker serving the topic: ``ownerBroker`` (Pulsar 3.x stats), else a lookup."""
     if stats.get("ownerBroker"):
@@ -131,12 +137,11 @@ def collect(
     tenants = conf.tenants or client.get("/admin/v2/tenants") or []
     namespaces, partitioned, plain = _list_topics(client, tenants)
     brokers = client.get(f"/admin/v2/brokers/{quote(cluster, safe='')}", missing_ok=True) or []
-    # The snapshot's time is taken when its stats are asked for, after the listing (which a loaded
-    # broker can take a second over), to the millisecond: snapshots a second apart are judged
-    # against limits of one second.
+    # The collect's time (its files' names, its policies' and metrics' time) is taken after the
+    # listing, which a loaded broker can take a second over.
     clock = datetime.now(timezone.utc)
     stamp = clock.strftime("%H%M%S-%f")[:-3]
-    collected_at = f"{clock.strftime('%Y-%m-%dT%H:%M:%S')}.{stamp[-3:]}Z"
+    collected_at = _instant(clock)
     root = settings.landing / clock.date().isoformat()
 
     errors: list[str] = []
@@ -153,20 +158,26 @@ def collect(
 
     def stats_of(topic: str, is_partitioned: bool):
         path = _topic_path(topic)
+        # Each topic's snapshot is dated when its stats are asked for, to the millisecond, not when
+        # the collect began: on a large cluster the pool asks for the last topics seconds later, by
+        # a delay that changes from collect to collect (internal stats make some collects longer),
+        # and the intervals between snapshots are judged against limits of one second. Its
+        # internal stats keep the same time: reload_events pairs the two by it.
+        at = _instant(datetime.now(timezone.utc))
         if is_partitioned:
             stats = client.get(path + "/partitioned-stats", params={"perPartition": "true"})
             partitions = sorted((stats or {}).get("partitions", {}))
             first = stats["partitions"][partitions[0]] if partitions else {}
-            envelope = _envelope(collected_at, cluster, _owner(client, partitions[0], first) if partitions else None, topic, stats)
+            envelope = _envelope(at, cluster, _owner(client, partitions[0], first) if partitions else None, topic, stats)
         else:
             stats = client.get(path + "/stats")
             partitions = [topic]
-            envelope = _envelope(collected_at, cluster, _owner(client, topic, stats), topic, stats)
+            envelope = _envelope(at, cluster, _owner(client, topic, stats), topic, stats)
         internal = []
         if conf.internal_stats:
             owners = {p: (stats.get("partitions", {}).get(p, {}) if is_partitioned else stats).get("ownerBroker") for p in partitions}
             for p in partitions:
-                internal.append(_envelope(collected_at, cluster, owners[p] or envelope["broker"], p, client.get(_topic_path(p) + "/internalStats")))
+                internal.append(_envelope(at, cluster, owners[p] or envelope["broker"], p, client.get(_topic_path(p) + "/internalStats")))
         return envelope, internal
 
     def topic_policies(topic: str):
@@ -197,10 +208,14 @@ def collect(
 
     topic_envelopes = [r[0] for r in results if r]
     internal_envelopes = [e for r in results if r for e in r[1]]
-    if topic_envelopes:
-        write_new(root / "topic-stats" / f"collect-{stamp}.json", json.dumps(topic_envelopes) + "\n")
-    if internal_envelopes:
-        write_new(root / "internal-stats" / f"collect-{stamp}.json", json.dumps(internal_envelopes) + "\n")
+    for kind, envelopes in (("topic-stats", topic_envelopes), ("internal-stats", internal_envelopes)):
+        # Under the day of each snapshot's own time: a collect begun before midnight can ask for
+        # some topics after it.
+        by_day: dict[str, list[dict]] = {}
+        for envelope in envelopes:
+            by_day.setdefault(envelope["collected_at"][:10], []).append(envelope)
+        for day_folder, found in by_day.items():
+            write_new(settings.landing / day_folder / kind / f"collect-{stamp}.json", json.dumps(found) + "\n")
 
     for broker, job in scrapes:
         text = job.result()
