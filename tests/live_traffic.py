@@ -152,7 +152,10 @@ class Collector:
     def __exit__(self, *exc) -> None:
         self._stop.set()
         self._thread.join(60)
-        self.once()  # the counters after the traffic
+        # The counters after the traffic, at the cadence: a last interval shorter than a period
+        # that holds a read is judged against that fraction of a quota (docs/live-broker-throttling.md).
+        time.sleep(max(0.0, self.started[-1] + self.every - time.time()) if self.started else 0.0)
+        self.once()
 
     def settled(self, timeout: float = 60) -> None:
         """Return once a collect that began after this call has ended: what the broker changed
