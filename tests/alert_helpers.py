@@ -76,10 +76,16 @@ def configure(monkeypatch, port: int) -> None:
     reload_settings()
 
 
-# The lake of each set of days built in this session (kept beside the lake of the test that built
-# it): a later test with the same days and settings gets a copy, not another build. The lake's
-# folders are all there is to it (platform/tables.py).
+# The lake of each set of days built in this session, copied into a folder of the session's own
+# (a passing test's tmp_path goes when it ends): a later test with the same days and settings gets
+# a copy, not another build. The lake's folders are all there is to it (platform/tables.py).
 _built: dict[str, Path] = {}
+_built_root: list[Path] = []
+
+
+@pytest.fixture(scope="session", autouse=True)
+def built_days_folder(tmp_path_factory):
+    _built_root.append(tmp_path_factory.mktemp("built-days"))
 
 
 def build_days(spark, ranges_by_day: dict[date, dict[str, int]]) -> None:
@@ -111,7 +117,7 @@ def build_days(spark, ranges_by_day: dict[date, dict[str, int]]) -> None:
         write_snapshots(spark, rows, d, settings)
         build_holes(spark, d, settings)
     if key not in _built:
-        _built[key] = settings.lake.with_name("built-days-lake")
+        _built[key] = _built_root[0] / str(len(_built))
         shutil.copytree(settings.lake, _built[key])
 
 
