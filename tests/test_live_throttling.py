@@ -216,7 +216,12 @@ def test_batched_burst_over_a_subscription_limit_is_batching(day, label):
     assert daily["main_cause"] == "batch"
     burst = max(rows(day, label, "sub-batched"), key=lambda r: r["msgs"])
     assert burst["msgs"] == Q * BATCH and burst["entries"] == Q
-    assert daily["excess_msgs"] >= Q * BATCH - Q * (burst["interval_seconds"] + 1)
+    # Each row's judgement in the message: a shortfall here has come once in many runs, not seen since.
+    judged = [
+        {k: r[k] for k in ("period_start", "interval_seconds", "msgs", "msg_limit", "charge_rule", "counted_msgs", "debt_in_msgs", "allowed_msgs", "over_msgs")}
+        for r in rows(day, label, "sub-batched")
+    ]
+    assert daily["excess_msgs"] >= Q * BATCH - Q * (burst["interval_seconds"] + 1), judged
     assert burst["over_msgs"] > 0 and burst["over_batch_msgs"] == burst["over_msgs"]
 
 
