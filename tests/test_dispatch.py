@@ -188,3 +188,33 @@ def test_over_delivery_causes(spark):
     assert redelivery["over_approx_bytes"] == 500 - 300  # all bytes over that redelivery does not explain
     assert (batch["over_msgs"], batch["over_batch_msgs"], batch["over_redelivery_msgs"]) == (6, 6, 0)
     assert big_entry["over_approx_bytes"] == 300  # one 1300 B entry overshot a 1000 B allowance
+
+
+def test_a_first_limit_holds_a_snapshot_interval_from_when_collect_saw_it(spark):
+    """No limit, then 50/s seen by collect at 10.15 s: the broker's new limiter ran by
+    then, so the snapshot interval from 10.3 s is judged by it (a full bucket plus the interval's
+    quota, 100), not left unlimited until the period grid's 11 s. A period record of the broker's
+    own starts on the grid: the period from 10 s is the old one's, unlimited."""
+    t, u = partition("burst", 0), partition("burst", 1)
+    scraped, recorded = periods_of(
+        spark,
+        [interval("subscription", 9.3, 0, topic=t, subscription="s", grain="scrape"),
+         interval("subscription", 10.3, 250, topic=t, subscription="s", grain="scrape"),
+         interval("subscription", 10, 250, topic=u, subscription="s")],
+        [limit("subscription", None, topic=t, end=10.15), limit("subscription", 50, topic=t, start=10.15),
+         limit("subscription", None, topic=u, end=10.15), limit("subscription", 50, topic=u, start=10.15)],
+    )[1:]  # fmt: skip
+    assert (scraped["msg_limit"], scraped["allowed_msgs"], scraped["over_msgs"]) == (50, 100, 150)
+    assert (recorded["msg_limit"], recorded["over_msgs"]) == (None, 0)
+
+
+def test_a_changed_limit_holds_a_snapshot_interval_from_the_period_grid(spark):
+    """100/s, then 50/s seen at 10.15 s: the looser limit holds until the period grid's 11 s, so
+    the snapshot interval from 10.3 s is judged by it (its quota 100, its bucket's 100 of slack)."""
+    t = partition("burst", 0)
+    rows = periods_of(
+        spark,
+        [interval("subscription", 10.3, 250, topic=t, subscription="s", grain="scrape")],
+        [limit("subscription", 100, topic=t, end=10.15), limit("subscription", 50, topic=t, start=10.15)],
+    )  # fmt: skip
+    assert [(r["msg_limit"], r["allowed_msgs"], r["over_msgs"]) for r in rows] == [(100, 200, 50)]

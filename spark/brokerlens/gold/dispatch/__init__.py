@@ -34,7 +34,8 @@ just before row t (after the empty periods since the previous row drained the de
 A quota change takes effect at the next period start (``valid_from`` rounded up to the period
 grid). For counter-derived rows (grain ``scrape``) the quota of an interval is the limit
 prorated to its length (rounded to whole messages and bytes), using the limit in force at the
-interval's start.
+interval's start; there, a limit that follows a stretch without limit is in force from
+``valid_from`` itself (``limit_timeline``), since collect saw the broker's new limiter by then.
 
 Starved: a row whose allowance (messages or bytes) is 0. Only rows with a record count: a record
 shows the scope was being dispatched; empty periods show no demand and are never counted.

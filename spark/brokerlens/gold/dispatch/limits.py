@@ -21,6 +21,13 @@ def limit_timeline(limits: DataFrame) -> DataFrame:
     one is in force at the period start). ``eff_to_us`` is the next start, null for the last row
     (which stays in force). ``{m}_cum``: quota of all periods before ``eff_from_us``;
     ``{m}_seg``: number of unlimited rows so far (inclusive).
+
+    ``scrape_from_us`` / ``scrape_to_us``: where a snapshot interval (grain scrape) finds the row
+    in force. A limit that follows a row without limit is in force from ``valid_from`` itself:
+    collect dates such a change when it first saw it, so the broker's new limiter was running by
+    then, and an interval that starts between that instant and the next period start is judged
+    by it (its quota reaches back before ``eff_from_us``; the row without limit before it leaves
+    no debt to carry). Any other change stays on the period grid.
     """
     p_us = F.col("period_seconds").cast("long") * F.lit(US)
     key = ["lk_level", "lk_cluster", "lk_key"]
@@ -42,11 +49,14 @@ def limit_timeline(limits: DataFrame) -> DataFrame:
     )
     latest = Window.partitionBy(*key, "eff_from_us").orderBy(F.col("from_us").desc())
     ordered = Window.partitionBy(*key).orderBy("eff_from_us")
+    unlimited = F.col("msg_q").isNull() & F.col("byte_q").isNull()
     staged = (
         staged.withColumn("_rank", F.row_number().over(latest))
         .where("_rank = 1")
         .withColumn("eff_to_us", F.lead("eff_from_us").over(ordered))
         .withColumn("_rn", F.row_number().over(ordered))
+        .withColumn("scrape_from_us", F.when(F.coalesce(F.lag(unlimited).over(ordered), F.lit(False)), F.col("from_us")).otherwise(F.col("eff_from_us")))
+        .withColumn("scrape_to_us", F.lead("scrape_from_us").over(ordered))
     )
     before = ordered.rowsBetween(Window.unboundedPreceding, -1)
     upto = ordered.rowsBetween(Window.unboundedPreceding, Window.currentRow)
@@ -86,19 +96,24 @@ def _prorate(quota: Column, micros: Column, p_us: Column) -> Column:
     return (quota * whole + partial).cast("long")
 
 
-def with_limit(df: DataFrame, timeline: DataFrame, at_us: str, prefix: str) -> DataFrame:
-    """Join the limit row in force at ``df[at_us]`` (columns renamed with ``prefix``).
+def with_limit(df: DataFrame, timeline: DataFrame, at_us: str, prefix: str, scrape: Column | None = None) -> DataFrame:
+    """Join the limit row in force at ``df[at_us]`` (columns renamed with ``prefix``); where
+    ``scrape`` holds, the row in force for a snapshot interval (``scrape_from_us``).
 
     The limit table is small (limits × changes): broadcast, so the big side is not shuffled.
     No row in force (no rate_limits for the scope): the limit columns are null = unlimited.
     """
     t = timeline.select(*[F.col(c).alias(prefix + c) for c in timeline.columns])
+    start, end = t[prefix + "eff_from_us"], t[prefix + "eff_to_us"]
+    if scrape is not None:
+        start = F.when(scrape, t[prefix + "scrape_from_us"]).otherwise(start)
+        end = F.when(scrape, t[prefix + "scrape_to_us"]).otherwise(end)
     cond = (
         (df["level"] == t[prefix + "lk_level"])
         & (df["cluster"] == t[prefix + "lk_cluster"])
         & (F.when(df["level"] == "broker", df["broker"]).otherwise(df["topic"]) == t[prefix + "lk_key"])
-        & (t[prefix + "eff_from_us"] <= df[at_us])
-        & (t[prefix + "eff_to_us"].isNull() | (df[at_us] < t[prefix + "eff_to_us"]))
+        & (start <= df[at_us])
+        & (end.isNull() | (df[at_us] < end))
     )
     return df.join(F.broadcast(t), cond, "left")
 

@@ -105,7 +105,7 @@ def dispatch_periods(
             )
         )
 
-    rows = with_model(with_limit(rows, timeline, "t0_us", "l_"), models)
+    rows = with_model(with_limit(rows, timeline, "t0_us", "l_", scrape=F.col("grain") == "scrape"), models)
     # Both token buckets are built anew, full, on every rate change; only the one refilled every
     # 16 ms lets a full bucket plus the period's refill through in one period.
     rebuilt = F.col("limiter_model").isin(*TOKEN_BUCKETS)
