@@ -39,9 +39,8 @@ def build_dispatch(spark: SparkSession, day: date, settings: DispatchStepSetting
     built = _built_days(spark, settings)
     current, first = day, True
     while True:
-        changed = _build_one(spark, current, settings, result, summary=first)
         following = current + timedelta(days=1)
-        if not changed or following not in built:
+        if not _build_one(spark, current, settings, result, summary=first, compare=following in built):
             break
         result.lines.append(f"dispatch: closing debt of {current} changed; re-building {following} from it")
         log.info("closing debt of %s changed: re-building %s", current, following)
@@ -56,15 +55,18 @@ def _built_days(spark: SparkSession, settings: DispatchStepSettings) -> set[date
     return {r["day"] for r in state.select("day").distinct().collect()}  # one row per built day
 
 
-def _build_one(spark: SparkSession, day: date, settings: DispatchStepSettings, result: StageResult, summary: bool) -> bool:
-    """Build one day; True when its closing debt differs from the one stored before."""
+def _build_one(spark: SparkSession, day: date, settings: DispatchStepSettings, result: StageResult, summary: bool, compare: bool) -> bool:
+    """Build one day; with ``compare`` (the next day is built), True when its closing debt differs
+    from the one stored before. Without, False: nothing is compared, and the stored debt is
+    neither kept nor read, which a daily run (the latest day) does not need."""
     with ExitStack() as kept:  # the frames persisted below, unpersisted however the day ends
         intervals = read_table("dispatch_intervals", spark=spark, settings=settings).where(F.col("day") == F.lit(day))
         limits = read_table("rate_limits", spark=spark, settings=settings).where(F.col("day") == F.lit(day))
         state = read_table("debt_state", spark=spark, settings=settings)
         opening = kept.enter_context(persisted(state.where(F.col("day") == F.lit(day - timedelta(days=1)))))
-        previous = kept.enter_context(persisted(state.where(F.col("day") == F.lit(day))))
-        previous.count()  # pin the stored closing debt before it is replaced
+        if compare:
+            previous = kept.enter_context(persisted(state.where(F.col("day") == F.lit(day))))
+            previous.count()  # pin the stored closing debt before it is replaced
 
         models = kept.enter_context(persisted(_day_models(spark, day, settings, intervals, opening)))
         # The day before too: the latest snapshot at or before the day's first periods.
@@ -81,9 +83,11 @@ def _build_one(spark: SparkSession, day: date, settings: DispatchStepSettings, r
         )
         periods = read_table("dispatch_periods", spark=spark, settings=settings).where(F.col("day") == F.lit(day))
         closing = kept.enter_context(persisted(closing_debt(periods, limits, opening, day)))
-        old = previous.select(*SCOPE, "debt_msgs", "debt_bytes")
-        new = closing.select(*SCOPE, "debt_msgs", "debt_bytes")
-        changed = bool(old.exceptAll(new).limit(1).count() or new.exceptAll(old).limit(1).count())
+        changed = False
+        if compare:
+            old = previous.select(*SCOPE, "debt_msgs", "debt_bytes")
+            new = closing.select(*SCOPE, "debt_msgs", "debt_bytes")
+            changed = bool(old.exceptAll(new).limit(1).count() or new.exceptAll(old).limit(1).count())
         result.writes.append(merge_table(closing, "debt_state", partition, settings=settings))
         topic_stats = read_table("bronze_topic_stats", spark=spark, settings=settings).where(F.col("day") == F.lit(day))
         daily = dispatch_daily(periods, opening, closing, day, throttle_events(topic_stats), models)
