@@ -157,6 +157,15 @@ class Collector:
         time.sleep(max(0.0, self.started[-1] + self.every - time.time()) if self.started else 0.0)
         self.once()
 
+    def policy_landed(self, topic: str, timeout: float = 60) -> None:
+        """Return as soon as a collect has landed a policy record of ``topic`` (collect writes its
+        policies last): what comes next falls in the interval from that collect's snapshot."""
+        deadline = time.monotonic() + timeout
+        while not any(f'"topic": "{topic}"' in p.read_text() for p in self.settings.landing.glob("*/policies/*.jsonl")):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no collect landed a policy of {topic} within {timeout:.0f}s ({self.errors[-1:] or 'no errors'})")
+            time.sleep(0.02)
+
     def settled(self, timeout: float = 60) -> None:
         """Return once a collect that began after this call has ended: what the broker changed
         before the call (a policy, a dynamic setting) is in the landing, however loaded the machine."""

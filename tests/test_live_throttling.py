@@ -54,16 +54,25 @@ def experiments(broker, label: str, collector: Collector) -> dict:
     def topic(name: str) -> str:
         return f"persistent://public/default/{label}-{name}-{stamp}"
 
-    def limited(name: str, messages: int, batch: int | None = None, kind: str = "subscriptionDispatchRate") -> str:
+    def limited(name: str, messages: int, batch: int | None = None, kind: str = "subscriptionDispatchRate", just_seen: bool = False) -> str:
         t = topic(name)
         subscribe_first(client, t, SUB)
+        if just_seen:
+            # The backlog collected first; the consumer then attaches as soon as a collect has
+            # landed the limit, so its burst falls in the interval from that collect's snapshot,
+            # before the next period start (docs/live-broker-throttling.md, a first limit).
+            produce(client, t, messages, batch=batch)
+            collector.settled()
+            set_dispatch_rate(broker, t, rate(Q), kind)
+            collector.policy_landed(t)
+            return t
         set_dispatch_rate(broker, t, rate(Q), kind)
         produce(client, t, messages, batch=batch)
         collector.settled()  # the policy and the backlog collected before the consumer comes
         return t
 
     try:
-        t = limited("sub-batched", messages=400, batch=BATCH)
+        t = limited("sub-batched", messages=400, batch=BATCH, just_seen=True)
         seen["sub-batched"] = (t, consume(client, t, SUB, SECONDS))
         t = limited("sub-plain", messages=400)
         seen["sub-plain"] = (t, consume(client, t, SUB, SECONDS))
