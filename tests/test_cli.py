@@ -12,6 +12,7 @@ from datetime import date
 from typer.testing import CliRunner
 
 from brokerlens import cli
+from brokerlens.platform.spark import java_options
 from brokerlens.platform.tables import table_schema, write_table
 
 
@@ -51,6 +52,17 @@ def test_driver_java_options_reach_the_driver_jvm(brokerlens_command):
     proc = subprocess.run(brokerlens_command("sql", "--format", "json", query), capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout) == [{"marker": "here", "zone": "UTC"}]
+
+
+def test_the_quick_compiler_alone_keeps_a_full_size_code_cache():
+    """With ``-XX:TieredStopAtLevel=1`` in the settings' driver options, HotSpot would reserve
+    48 MB for compiled code, which one land, silver and gold run filled before it stopped
+    compiling; brokerlens' own options keep 240 MB whatever follows them."""
+    flags = subprocess.run(
+        ["java", *java_options().split(), "-XX:TieredStopAtLevel=1", "-XX:+PrintFlagsFinal", "-version"], capture_output=True, text=True, timeout=60, check=True
+    ).stdout
+    size = next(line.split()[3] for line in flags.splitlines() if line.split()[1:2] == ["ReservedCodeCacheSize"])
+    assert int(size) == 240 * 1024 * 1024, size
 
 
 @pytest.mark.slow

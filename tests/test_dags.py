@@ -147,8 +147,10 @@ def test_each_step_is_a_spark_submit_of_the_cli_with_retries_and_failure_mail(da
         # Spark's conf is made when the task runs (with the task's settings), not when the DAG is parsed.
         assert not task["conf"], task["conf"]
     # The driver's JVM options: brokerlens' own, then the settings' (conftest.py's JIT_ENV).
-    java_options = dags["spark_conf"]["spark.driver.extraJavaOptions"]
-    assert "-Duser.timezone=UTC" in java_options and java_options.endswith(f"UTC {os.environ[JIT_ENV]}".strip()), java_options
+    from brokerlens.platform.spark import java_options
+
+    driver_options = dags["spark_conf"]["spark.driver.extraJavaOptions"]
+    assert "-Duser.timezone=UTC" in java_options() and driver_options == f"{java_options()} {os.environ[JIT_ENV]}".strip(), driver_options
     # Only alert mails: it alone gets the SMTP connection handed to its process.
     assert {s: t["connections"] for s, t in tasks.items() if t["connections"]} == {"alert": ["smtp_default"]}
 
@@ -213,11 +215,13 @@ def test_an_operators_conf_goes_over_ours_and_adds_to_the_drivers_jvm_options():
     after brokerlens' (the log setup, UTC, then the settings': conftest.py's JIT_ENV), not instead
     of them."""
     from brokerlens.airflow_support import spark_conf
+    from brokerlens.platform.spark import java_options
     from brokerlens.settings import reload_settings
 
     reload_settings()  # this process's environment, whatever an earlier test cached
     ours = spark_conf()["spark.driver.extraJavaOptions"].split()
     conf = spark_conf({"spark.driver.extraJavaOptions": "-Xss4m -Duser.timezone=UTC", "spark.executor.memory": "2g"})
-    assert ours[0].startswith("-Dlog4j2.configurationFile=file:") and ours[1:] == ["-Duser.timezone=UTC", *os.environ[JIT_ENV].split()]
+    assert ours == [*java_options().split(), *os.environ[JIT_ENV].split()], ours
+    assert ours[0].startswith("-Dlog4j2.configurationFile=file:") and "-Duser.timezone=UTC" in ours
     assert conf["spark.driver.extraJavaOptions"].split() == [*ours, "-Xss4m", "-Duser.timezone=UTC"]
     assert conf["spark.executor.memory"] == "2g" and set(conf) == {"spark.driver.extraJavaOptions", "spark.executor.memory"}

@@ -38,7 +38,6 @@ from brokerlens.settings import get_settings
 log = logging.getLogger(__name__)
 
 SUBMIT_APP = Path(__file__).with_name("submit.py")
-LOG4J = Path(__file__).parent / "platform" / "log4j2.properties"
 # brokerlens/submit.py exit code for StageFailed: the data will not change on a retry.
 STAGE_FAILED_EXIT = 1
 
@@ -99,18 +98,17 @@ DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 
 
 def spark_conf(given: Mapping[str, str] | None = None) -> dict[str, str]:
-    """Spark settings every stage needs whatever the cluster: brokerlens's quiet log4j setup
-    (driver in client mode), UTC, and the settings' ``spark.driver_java_options``; then ``given``
+    """Spark settings every stage needs whatever the cluster: brokerlens's own driver JVM
+    options (``java_options``: the quiet log4j setup in client mode, UTC, the compiler's), and the
+    settings' ``spark.driver_java_options``; then ``given``
     (an operator's ``conf``) over them, but for the driver's JVM options, which are added after
     ours rather than replacing them (a later ``-D`` of the same name wins in the JVM; without
     ours the driver would lose UTC and the log setup). The rest comes from the connection and
     spark-defaults.conf."""
+    from brokerlens.platform.spark import java_options
+
     given = dict(given or {})
-    java_opts = " ".join(
-        o
-        for o in (f"-Dlog4j2.configurationFile=file:{LOG4J} -Duser.timezone=UTC", get_settings().spark.driver_java_options, given.pop(DRIVER_JAVA_OPTIONS, ""))
-        if o.strip()
-    )
+    java_opts = " ".join(o for o in (java_options(), get_settings().spark.driver_java_options, given.pop(DRIVER_JAVA_OPTIONS, "")) if o.strip())
     return {DRIVER_JAVA_OPTIONS: java_opts, **given}
 
 
