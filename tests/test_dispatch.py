@@ -169,8 +169,33 @@ def test_scrape_grain_prorates_the_quota(spark):
     assert [r["allowed_msgs"] for r in rows] == [610, 610 - 50, 310]
     assert [r["over_msgs"] for r in rows] == [650 - 610, 580 - 560, 0]
     # The state is 50 then 30 (debt beyond the slack: 40, 20); 30 s without a snapshot between
-    # 120 s and 150 s drained 300 of the 30 left.
+    # 120 s and 150 s drained 300 of the 30 left, a full bucket for 27 s without a delivery:
+    # nothing of the refill its cap dropped is still the broker's (credit 0).
     assert [r["debt_in_msgs"] for r in rows] == [0, 40, 0]
+    assert [r["credit_in_msgs"] for r in rows] == [0, 0, 0]
+
+
+def test_a_short_interval_at_steady_throttle_leaves_no_debt(spark):
+    """A live 4.0.7 broker's rows (CI, token-bucket-periodic, 100/s after a rate change): a new
+    bucket's first interval took 50 of its 108, then 200 in 1.02 s, then a read of 100 fell in
+    a 0.88 s interval, and the consumer went on at 100 a second. Capped at each snapshot, the
+    model's bucket had dropped 58 the broker still held; without them the 0.88 s interval was
+    10 over and every interval after it 9 over, a debt the broker never had."""
+    t = partition("rate", 0)
+    starts = [0, 1.076, 2.096, 2.976, 3.981, 4.98, 5.982]
+    msgs = [50, 200, 100, 100, 100, 100]
+    rows = periods_of(
+        spark,
+        [interval("subscription", a, n, topic=t, subscription="s", seconds=b - a, grain="scrape")
+         for a, b, n in zip(starts, starts[1:], msgs, strict=False)],
+        [limit("subscription", 100, topic=t)],
+        model="token-bucket-periodic",
+    )  # fmt: skip
+    assert [r["allowed_msgs"] for r in rows] == [208, 202, 90, 90, 90, 90]
+    assert [r["credit_in_msgs"] for r in rows] == [0, 58, 58, 58, 58, 58]
+    assert [r["over_msgs"] for r in rows] == [0] * 6
+    assert [r["debt_out_msgs"] for r in rows] == [0] * 6
+    assert [r["tokens_out_msgs"] for r in rows] == [158, 60, 48, 48, 48, 48]
 
 
 def test_over_delivery_causes(spark):

@@ -128,8 +128,8 @@ SELECT day, level, cluster, broker, topic, subscription, interval_start AS perio
        msg_q AS msg_limit, byte_q AS byte_limit,
        CASE WHEN msg_q IS NOT NULL THEN mq1 - mq0 END AS quota_msgs,
        CASE WHEN byte_q IS NOT NULL THEN bq1 - bq0 END AS quota_bytes,
-       debt_in_msgs, allowed_msgs, over_msgs, debt_out_msgs,
-       debt_in_bytes, allowed_bytes, over_bytes, debt_out_bytes,
+       debt_in_msgs, allowed_msgs, 0::BIGINT AS credit_in_msgs, over_msgs, debt_out_msgs,
+       debt_in_bytes, allowed_bytes, 0::BIGINT AS credit_in_bytes, over_bytes, debt_out_bytes,  -- period grain: no credit
        coalesce(allowed_msgs = 0, false) OR coalesce(allowed_bytes = 0, false) AS starved,
        0::BIGINT AS starved_empty_periods,  -- no cursor_snapshots in the benchmark
        least(over_msgs - over_redelivery_msgs,

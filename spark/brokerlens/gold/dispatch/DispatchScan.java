@@ -29,9 +29,12 @@ import org.apache.spark.unsafe.types.UTF8String;
  * <p>Input: the columns {@code scan} names below; output: the input columns followed by
  * {@code _cursor_last} (the latest cursor state at or before the row), {@code counted_msgs},
  * {@code counted_bytes}, {@code _x_in_msgs}, {@code _x_out_msgs}, {@code _x_in_bytes},
- * {@code _x_out_bytes} (the recursion's state before and after the row, null without a limit) and
+ * {@code _x_out_bytes} (the recursion's state before and after the row, null without a limit),
  * {@code _next_t0_us} (the start of the scope's next row that is not a cursor snapshot, null for
- * its last). Null arithmetic is
+ * its last), and {@code _credit_in_msgs}, {@code _credit_out_msgs}, {@code _credit_in_bytes},
+ * {@code _credit_out_bytes} (the refill the recursion's floor at 0, a full bucket, dropped that
+ * the broker may still hold, at most the limit, before and after the row; null without a limit;
+ * periods.py uses it at scrape grain). Null arithmetic is
  * Spark SQL's: sums skip nulls, least() ignores them, anything else with a null is null.
  */
 public final class DispatchScan {
@@ -46,6 +49,7 @@ public final class DispatchScan {
   static final String[] OUTPUTS = {
     "_cursor_last", "counted_msgs", "counted_bytes",
     "_x_in_msgs", "_x_out_msgs", "_x_in_bytes", "_x_out_bytes", "_next_t0_us",
+    "_credit_in_msgs", "_credit_out_msgs", "_credit_in_bytes", "_credit_out_bytes",
   };
 
   /**
@@ -112,7 +116,7 @@ public final class DispatchScan {
       throttleNonBacklog = field(in, "throttle_non_backlog", DataTypes.BooleanType);
       for (int m = 0; m < 2; m++) {
         amount[m] = field(in, MEASURES[m][0], DataTypes.LongType);
-        limit[m] = field(in, MEASURES[m][1], null);
+        limit[m] = field(in, MEASURES[m][1], DataTypes.LongType);
         q0[m] = field(in, MEASURES[m][2], DataTypes.LongType);
         q1[m] = field(in, MEASURES[m][3], DataTypes.LongType);
         seg[m] = field(in, MEASURES[m][4], DataTypes.LongType);
@@ -159,6 +163,7 @@ public final class DispatchScan {
     final Long[] delivered = new Long[2]; // running sum of the counted amounts (null: none yet)
     final boolean[] hasFloor = new boolean[2]; // any limited row yet
     final Long[] floorNegSeg = new Long[2], floorV = new Long[2]; // min of (-seg, least(P, S))
+    final long[] credit = new long[2]; // after the scope's last limited row
 
     Scan(Layout l, Iterator<InternalRow> rows) {
       this.l = l;
@@ -219,6 +224,7 @@ public final class DispatchScan {
         hasFloor[m] = false;
         floorNegSeg[m] = null;
         floorV[m] = null;
+        credit[m] = 0;
       }
     }
 
@@ -242,9 +248,22 @@ public final class DispatchScan {
         Long p = minus(minus(c, d), q0), s = minus(c, q1);
         Long negSeg = seg == null ? null : -seg;
         Long sameStretch = hasFloor[m] && negSeg != null && negSeg.equals(floorNegSeg[m]) ? floorV[m] : null;
-        Long floor = least(least(sameStretch, p), seg != null && seg == 0 ? Long.valueOf(0) : null);
+        Long before = least(sameStretch, seg != null && seg == 0 ? Long.valueOf(0) : null);
+        Long floor = least(before, p);
         out[3 + 2 * m] = minus(p, floor);
         out[4 + 2 * m] = minus(s, least(floor, s));
+        // What the floor at 0 dropped, in the gap before the row and in the row: the bucket's
+        // refill while full. The broker adds its refill only at its own (a period after the
+        // last), so it may still hold up to the limit of it; but a full bucket left a period
+        // without a delivery is capped by the broker too, at the read that ends the wait.
+        long limit = row.getLong(l.limit[m]);
+        long gap = before == null || p == null ? 0 : Math.max(0, before - p);
+        long inRow = floor == null || s == null ? 0 : Math.max(0, floor - s);
+        long held = sameStretch == null ? 0 : credit[m];
+        long creditIn = gap >= limit ? 0 : Math.min(limit, held + gap);
+        credit[m] = d != null && d == 0 && inRow >= limit ? 0 : Math.min(limit, creditIn + inRow);
+        out[8 + 2 * m] = creditIn;
+        out[9 + 2 * m] = credit[m];
         Long v = least(p, s);
         if (!hasFloor[m] || compare(negSeg, floorNegSeg[m]) < 0
             || (compare(negSeg, floorNegSeg[m]) == 0 && compare(v, floorV[m]) < 0)) {
@@ -265,7 +284,8 @@ public final class DispatchScan {
     }
 
     static Long least(Long a, Long b) {
-      return a == null ? b : b == null ? a : Math.min(a, b);
+      if (a == null || b == null) return a == null ? b : a; // (a ternary with min() would unbox)
+      return Math.min(a, b);
     }
 
     /** Spark's ascending order within a struct: null first. */

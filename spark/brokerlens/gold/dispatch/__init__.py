@@ -36,6 +36,8 @@ grid). For counter-derived rows (grain ``scrape``) the quota of an interval is t
 prorated to its length (rounded to whole messages and bytes), using the limit in force at the
 interval's start; there, a limit that follows a stretch without limit is in force from
 ``valid_from`` itself (``limit_timeline``), since collect saw the broker's new limiter by then.
+Counter rows also get the refill the model's cap dropped at earlier snapshots, which the broker
+adds only at its own refill (``credit_in``, at most one quota; DispatchScan.java).
 
 Starved: a row whose allowance (messages or bytes) is 0. Only rows with a record count: a record
 shows the scope was being dispatched; empty periods show no demand and are never counted.

@@ -172,20 +172,27 @@ def dispatch_periods(
         # tokens at the start plus the refill during the row.
         x_in, x_out = F.col(f"_x_in_{name}"), F.col(f"_x_out_{name}")
         cap = F.col(f"{m}_limit")
+        # A snapshot interval's bucket refills evenly and is capped at its ends; the broker's
+        # adds what accrued since its last refill (RateLimiter's renewal, AsyncTokenBucket's
+        # once a period) only then, so it may hold what that cap dropped (the scan's credit):
+        # without it, a short interval at steady throttle left the model a debt the broker
+        # never had, found over in every interval after it.
+        credit_in, credit_out = (F.when(F.col("grain") == "scrape", F.col(f"_credit_{e}_{name}")).otherwise(F.lit(0)) for e in ("in", "out"))
         quota = F.when(limited, F.col(f"_q1_{name}") - F.col(f"_q0_{name}"))
-        debt_in = F.when(token_bucket, F.greatest(F.lit(0), x_in - cap)).otherwise(x_in)
+        debt_in = F.when(token_bucket, F.greatest(F.lit(0), x_in - cap - credit_in)).otherwise(x_in)
         allowed = F.greatest(F.lit(0), F.when(token_bucket, cap + quota - x_in).otherwise(quota - x_in))
-        debt_out = F.when(token_bucket, F.greatest(F.lit(0), x_out - cap)).otherwise(x_out)
+        debt_out = F.when(token_bucket, F.greatest(F.lit(0), x_out - cap - credit_out)).otherwise(x_out)
         rows = (
             rows.withColumn(f"debt_in_{name}", F.when(limited, debt_in).otherwise(F.lit(0)))
             .withColumn(f"allowed_{name}", F.when(limited, allowed))
+            .withColumn(f"credit_in_{name}", F.when(limited, credit_in).otherwise(F.lit(0)))
             .withColumn(
                 f"over_{name}",
-                F.when(limited, F.greatest(F.lit(0), d - F.col(f"allowed_{name}"))).otherwise(F.lit(0)),
+                F.when(limited, F.greatest(F.lit(0), d - F.col(f"allowed_{name}") - credit_in)).otherwise(F.lit(0)),
             )
             .withColumn(f"debt_out_{name}", F.when(limited, debt_out).otherwise(F.lit(0)))
             .withColumn(f"quota_{name}", quota)
-            .withColumn(f"tokens_out_{name}", F.when(limited & rebuilt, cap - x_out))
+            .withColumn(f"tokens_out_{name}", F.when(limited & rebuilt, cap - x_out + credit_out))
         )
     rows = rows.where(F.col("source") != CURSOR_SOURCE)
     out = (
@@ -209,7 +216,7 @@ def dispatch_periods(
             "byte_limit",
             "quota_msgs",
             "quota_bytes",
-            *[f"{c}_{name}" for name, _ in MEASURES for c in ("debt_in", "allowed", "over", "debt_out")],
+            *[f"{c}_{name}" for name, _ in MEASURES for c in ("debt_in", "allowed", "credit_in", "over", "debt_out")],
             (
                 (F.col("charge_rule") != NOT_CHARGED)
                 & (F.coalesce(F.col("allowed_msgs") == 0, F.lit(False)) | F.coalesce(F.col("allowed_bytes") == 0, F.lit(False)))
