@@ -198,6 +198,27 @@ def test_a_short_interval_at_steady_throttle_leaves_no_debt(spark):
     assert [r["tokens_out_msgs"] for r in rows] == [158, 60, 48, 48, 48, 48]
 
 
+def test_the_brokers_credit_is_one_quota_and_gone_after_a_period_idle(spark):
+    """At 100/s: intervals taking 20 then 30 of their quota leave the model's cap 80 + 70 dropped,
+    of which the broker may hold one quota (100), so 300 in the next 0.5 s are 50 over. Then a
+    2 s interval without a delivery: the broker refills at the read that ends the wait, capped,
+    so its bucket holds at most the limit (the model's 50 tokens and 50 of credit), and a burst
+    of 250 in the next second is 50 over (a full bucket plus the second's refill)."""
+    t = partition("credit", 0)
+    rows = periods_of(
+        spark,
+        [interval("subscription", 0, 20, topic=t, subscription="s", grain="scrape"),
+         interval("subscription", 1, 30, topic=t, subscription="s", grain="scrape"),
+         interval("subscription", 2, 300, topic=t, subscription="s", seconds=0.5, grain="scrape"),
+         interval("subscription", 2.5, 0, topic=t, subscription="s", seconds=2, grain="scrape"),
+         interval("subscription", 4.5, 250, topic=t, subscription="s", grain="scrape")],
+        [limit("subscription", 100, topic=t)],
+    )  # fmt: skip
+    assert [r["credit_in_msgs"] for r in rows] == [0, 80, 100, 100, 50]
+    assert [r["allowed_msgs"] for r in rows] == [200, 200, 150, 50, 150]
+    assert [r["over_msgs"] for r in rows] == [0, 0, 50, 0, 50]
+
+
 def test_over_delivery_causes(spark):
     t = partition("orders", 0)
     rows = periods_of(

@@ -164,6 +164,7 @@ public final class DispatchScan {
     final boolean[] hasFloor = new boolean[2]; // any limited row yet
     final Long[] floorNegSeg = new Long[2], floorV = new Long[2]; // min of (-seg, least(P, S))
     final long[] credit = new long[2]; // after the scope's last limited row
+    final Long[] lastDelivery = new Long[2]; // the quota integrated to the stretch's last delivery
 
     Scan(Layout l, Iterator<InternalRow> rows) {
       this.l = l;
@@ -225,6 +226,7 @@ public final class DispatchScan {
         floorNegSeg[m] = null;
         floorV[m] = null;
         credit[m] = 0;
+        lastDelivery[m] = null;
       }
     }
 
@@ -250,18 +252,29 @@ public final class DispatchScan {
         Long sameStretch = hasFloor[m] && negSeg != null && negSeg.equals(floorNegSeg[m]) ? floorV[m] : null;
         Long before = least(sameStretch, seg != null && seg == 0 ? Long.valueOf(0) : null);
         Long floor = least(before, p);
-        out[3 + 2 * m] = minus(p, floor);
-        out[4 + 2 * m] = minus(s, least(floor, s));
+        Long xIn = minus(p, floor), xOut = minus(s, least(floor, s));
+        out[3 + 2 * m] = xIn;
+        out[4 + 2 * m] = xOut;
         // What the floor at 0 dropped, in the gap before the row and in the row: the bucket's
         // refill while full. The broker adds its refill only at its own (a period after the
-        // last), so it may still hold up to the limit of it; but a full bucket left a period
-        // without a delivery is capped by the broker too, at the read that ends the wait.
+        // last), so it may still hold up to the limit of it. But a period or more without a
+        // delivery (a quota's worth since the last) ends with the broker's refill at the read
+        // that ends the wait, capped: then its bucket holds no more than the limit, tokens
+        // plus credit. (The day's first stretch waits from midnight; a later one starts full
+        // at its first row.)
         long limit = row.getLong(l.limit[m]);
         long gap = before == null || p == null ? 0 : Math.max(0, before - p);
         long inRow = floor == null || s == null ? 0 : Math.max(0, floor - s);
-        long held = sameStretch == null ? 0 : credit[m];
-        long creditIn = gap >= limit ? 0 : Math.min(limit, held + gap);
-        credit[m] = d != null && d == 0 && inRow >= limit ? 0 : Math.min(limit, creditIn + inRow);
+        if (sameStretch == null) {
+          credit[m] = 0;
+          lastDelivery[m] = before != null ? Long.valueOf(0) : q0;
+        }
+        Long since = lastDelivery[m];
+        long creditIn = Math.min(limit, credit[m] + gap);
+        if (waited(since, q0, limit) && xIn != null) creditIn = Math.min(creditIn, xIn);
+        credit[m] = Math.min(limit, creditIn + inRow);
+        if (d != null && d > 0) lastDelivery[m] = q1;
+        else if (waited(since, q1, limit) && xOut != null) credit[m] = Math.min(credit[m], xOut);
         out[8 + 2 * m] = creditIn;
         out[9 + 2 * m] = credit[m];
         Long v = least(p, s);
@@ -273,6 +286,11 @@ public final class DispatchScan {
         }
       }
       return out;
+    }
+
+    /** A period or more of quota (the limit) from {@code since} to {@code at}. */
+    static boolean waited(Long since, Long at, long limit) {
+      return since != null && at != null && at - since >= limit;
     }
 
     static Long nullable(InternalRow row, int i) {
