@@ -173,7 +173,7 @@ def dispatch_periods(
         x_in, x_out = F.col(f"_x_in_{name}"), F.col(f"_x_out_{name}")
         cap = F.col(f"{m}_limit")
         # A snapshot interval's bucket refills evenly and is capped at its ends; the broker's
-        # adds what accrued since its last refill (RateLimiter's renewal, AsyncTokenBucket's
+        # bucket adds what accrued since its last refill (RateLimiter's renewal, AsyncTokenBucket's
         # once a period) only then, so it may hold what that cap dropped (the scan's credit):
         # without it, a short interval at steady throttle left the model a debt the broker
         # never had, found over in every interval after it.
