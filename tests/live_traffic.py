@@ -101,8 +101,8 @@ def produce(client: pulsar.Client, topic: str, messages: int, batch: int | None 
 
 def consume(client: pulsar.Client, topic: str, subscription: str, seconds: float, queue: int = 1000,
             during=None) -> Received:  # fmt: skip
-    """Receive and acknowledge for ``seconds``, and close in the pause after a read; ``during``
-    (optional) runs in a thread meanwhile (a producer, a policy change).
+    """Receive and acknowledge for ``seconds`` (and while ``during`` runs), and close in the pause
+    after a read; ``during`` (optional) runs in a thread meanwhile (a producer, a policy change).
 
     The broker counts a read in msgOutCounter when it dispatches it, and a rate-limited consumer's
     reads come once per rate period from its first one, so whole seconds after attaching are when
@@ -118,7 +118,7 @@ def consume(client: pulsar.Client, topic: str, subscription: str, seconds: float
     received, end = Received(), time.time() + seconds
     last = time.time()
     try:
-        while (now := time.time()) < end or not (0.3 <= now - last <= 0.6 or now - last > 3 or now > end + 10):
+        while (now := time.time()) < end or (side and side.is_alive()) or not (0.3 <= now - last <= 0.6 or now - last > 3 or now > end + 10):
             try:
                 message = consumer.receive(timeout_millis=50)
             except pulsar.Timeout:
@@ -156,6 +156,16 @@ class Collector:
         # that holds a read is judged against that fraction of a quota (docs/live-broker-throttling.md).
         time.sleep(max(0.0, self.started[-1] + self.every - time.time()) if self.started else 0.0)
         self.once()
+
+    def next_start(self, timeout: float = 60) -> tuple[int, float]:
+        """(collects ended, start) when the next collect begins: it has ended once ``runs`` is
+        past the first figure."""
+        begun, deadline = len(self.started), time.monotonic() + timeout
+        while len(self.started) == begun:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no collect began within {timeout:.0f}s ({self.errors[-1:] or 'no errors'})")
+            time.sleep(0.01)
+        return self.runs, self.started[begun]
 
     def policy_landed(self, topic: str, timeout: float = 60) -> None:
         """Return as soon as a collect has landed a policy record of ``topic`` (collect writes its
@@ -195,3 +205,39 @@ class Collector:
                 self.errors.append(repr(exc))
             next_at += self.every
             self._stop.wait(max(0.0, next_at - time.time()))
+
+
+def partial_quota_then_refill(client: pulsar.Client, collector: Collector, topic: str, quota: int, period: float, attempts: int = 3) -> list[dict]:
+    """A caught-up consumer on ``topic``, limited to ``quota`` messages a ``period``, with
+    snapshots ``collector.every`` seconds apart (more than half a period, less than one). After a
+    period without a read, one message: the read that ends the wait, when the token bucket adds
+    its refill, netted against that read and capped, and starts its next period. Right after the
+    snapshot that follows, a backlog of ``2 * quota - 1``: the dispatcher sends ``quota - 1`` at
+    once, the rest of the quota it refilled; then, throttled, it retries every second
+    (MESSAGE_RATE_BACKOFF_MS), and the first retry a period after the first message gets the
+    next quota. Both reads fall in the one snapshot interval, shorter than a period.
+
+    An attempt whose timing missed (a collect or the producer too slow) is tried again after a
+    wait of two periods. Each attempt's times (epoch s); ``kept``: the one that held."""
+    tried = []
+    for attempt in range(attempts):
+        time.sleep(period + 0.5 if attempt == 0 else 2 * period + 0.5)
+        _, first_snapshot = collector.next_start()
+        time.sleep(max(0.0, first_snapshot + 0.3 - time.time()))
+        produce(client, topic, 1)
+        one = time.time()
+        ended, snapshot = collector.next_start()
+        while collector.runs <= ended and time.time() < one + period:
+            time.sleep(0.01)
+        produce(client, topic, 2 * quota - 1)
+        backlog = time.time()
+        # The refill's read comes by the first retry a period after the first message.
+        time.sleep(max(0.0, one + period + 1.2 - time.time()))
+        # The backlog's first reads came before that period's end, and no collect began since
+        # the one after the first message: both reads are in its interval.
+        kept = backlog < one + period - 0.2 and collector.started[-1] == snapshot
+        tried.append({"one": one, "snapshot": snapshot, "backlog": backlog, "kept": kept})
+        if kept:
+            time.sleep(1)  # the consumer receives the refill's read before it closes
+            return tried
+    return tried

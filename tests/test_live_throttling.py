@@ -1,13 +1,14 @@
 """Dispatch throttling held against a live Pulsar 4.0.7 standalone, with each limiter factory:
-limits at subscription and topic level, with and without batching, small reads after idle, and a
-rate change mid-run. ``brokerlens collect``
-snapshots the admin API every second (and /metrics every five) while pulsar-client traffic runs;
-one land + build of the day then judges it, and each test puts one figure of brokerlens' tables
-beside what the broker counted (exactly) or what the consumer saw per second (with the bound
-stated).
+limits at subscription and topic level, with and without batching, small reads after idle, a
+rate change mid-run, and a refill a period after the read that ended a wait. ``brokerlens
+collect`` snapshots the admin API every second (every three for the last experiment, and
+/metrics every five) while pulsar-client traffic runs; one land + build of the day then judges
+it, and each test puts one figure of brokerlens' tables beside what the broker counted (exactly)
+or what the consumer saw per second (with the bound stated).
 
-Limits are 50 msg/s with a 1 s period. A consumer attaching to a backlog gets one read sized by
-the permits left (50 entries): 50 messages unbatched, 250 in 5-message batches."""
+Limits are 50 msg/s with a 1 s period (the refill experiment: 200 a 4 s period). A consumer
+attaching to a backlog gets one read sized by the permits left (50 entries): 50 messages
+unbatched, 250 in 5-message batches."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from datetime import datetime, timezone
 from itertools import pairwise
 
 import pytest
-from live_traffic import Collector, at_once, consume, produce, set_dispatch_rate, subscribe_first
+from live_traffic import Collector, at_once, consume, partial_quota_then_refill, produce, set_dispatch_rate, subscribe_first
 from pulsar_broker import pulsar_jars
 
 from brokerlens.pipeline import run_stage
@@ -39,11 +40,13 @@ LABELS = pytest.mark.parametrize("label", ["classic", "token-bucket"])
 MODELS = {"classic": "classic", "token-bucket": "token-bucket-periodic"}
 Q, BATCH, SECONDS = 50, 5, 6
 SUB = "s"
-RATE = {"dispatchThrottlingRateInByte": -1, "ratePeriodInSecond": 1, "relativeToPublishRate": False}
+RATE = {"dispatchThrottlingRateInByte": -1, "relativeToPublishRate": False}
+# The refill experiment: 50 msg/s as 200 a 4 s period, with snapshots every 3 s.
+REFILL_Q, REFILL_PERIOD, REFILL_EVERY = 200, 4, 3.0
 
 
-def rate(msgs: int) -> dict:
-    return {"dispatchThrottlingRateInMsg": msgs, **RATE}
+def rate(msgs: int, period: int = 1) -> dict:
+    return {"dispatchThrottlingRateInMsg": msgs, "ratePeriodInSecond": period, **RATE}
 
 
 def experiments(broker, label: str, collector: Collector) -> dict:
@@ -92,6 +95,19 @@ def experiments(broker, label: str, collector: Collector) -> dict:
             seen["changed"].append(time.time())
 
         seen["change"] = (t, consume(client, t, SUB, SECONDS + 2, queue=2000, during=raise_rate))
+        # Last, as it slows the collects: a partial quota, then the refill a period after the read
+        # that ended the bucket's wait, with the snapshots closer than a period.
+        t = topic("refill")
+        subscribe_first(client, t, SUB)
+        set_dispatch_rate(broker, t, rate(REFILL_Q, REFILL_PERIOD))
+        collector.every = REFILL_EVERY
+        collector.settled()
+        seen["refill-tried"] = []
+
+        def refill():
+            seen["refill-tried"] += partial_quota_then_refill(client, collector, t, REFILL_Q, REFILL_PERIOD)
+
+        seen["refill"] = (t, consume(client, t, SUB, 1, during=refill))
     finally:
         client.close()
     return seen
@@ -136,9 +152,9 @@ def day(pulsar_brokers, spark, tmp_path_factory):
             time.sleep(1)
             seen = (keeping_up if label == "non-backlog-off" else experiments)(broker, label, collector)
         assert not collector.errors, collector.errors
-        changed = seen.pop("changed", None)
+        changed, refill_tried = seen.pop("changed", None), seen.pop("refill-tried", None)
         stats = {name: broker.stats(t)["subscriptions"][SUB] for name, (t, _) in seen.items()}
-        return {"broker": f"127.0.0.1:{broker.web_port}", "seen": seen, "stats": stats, "changed": changed}
+        return {"broker": f"127.0.0.1:{broker.web_port}", "seen": seen, "stats": stats, "changed": changed, "refill tried": refill_tried}
 
     runs = at_once(CONFIGS, run)
     today = datetime.now(timezone.utc).date()
@@ -199,6 +215,7 @@ def judged(found: list) -> str:
         "counted_msgs",
         "debt_in_msgs",
         "allowed_msgs",
+        "credit_in_msgs",
         "over_msgs",
         "tokens_out_msgs",
     )
@@ -308,6 +325,29 @@ def test_rate_change_mid_run(day, label):
     assert len(after) >= 2 and max(after) <= 2 * Q and closest_after >= 0.5, after
     assert sum(across) <= Q + 2 * 2 * Q, across
     assert_not_over(day, label, "change")
+
+
+@LABELS
+def test_a_refill_a_period_after_the_read_that_ended_a_wait(day, label):
+    """200 messages a 4 s period, snapshots every 3 s (``partial_quota_then_refill``): after a
+    period idle, one message; right after the next snapshot, a backlog of 399. The token bucket
+    took its refill at the read that ended its wait, netted against that read and capped, and its
+    next a period later: it sent 199 at once and 200 at its first retry a period after the first
+    message, 399 in one 3 s interval, and held its limit. A bucket that refills evenly and is
+    capped at each snapshot allows 200 + 150 there, 49 over, a debt the broker never had:
+    brokerlens credits what that cap dropped since the first message (``credit_in_msgs``) and
+    finds nothing over but timing. The classic limiter renews on its own schedule: nothing over
+    but timing."""
+    tried = day["runs"][label]["refill tried"]
+    assert tried and tried[-1]["kept"], tried
+    found = rows(day, label, "refill")
+    if label == "token-bucket":
+        both = max(found, key=lambda r: r["counted_msgs"])
+        assert both["counted_msgs"] == 2 * REFILL_Q - 1 and both["interval_seconds"] < REFILL_PERIOD, judged(found)
+        # What a bucket capped at each snapshot, without the credit, finds over: far beyond timing.
+        assert both["counted_msgs"] - both["allowed_msgs"] > 10 * TIMING_MSGS, judged(found)
+        assert both["credit_in_msgs"] >= both["counted_msgs"] - both["allowed_msgs"] - TIMING_MSGS, judged(found)
+    assert_not_over(day, label, "refill")
 
 
 @LABELS
