@@ -219,6 +219,31 @@ def test_the_brokers_credit_is_one_quota_and_gone_after_a_period_idle(spark):
     assert [r["over_msgs"] for r in rows] == [0, 0, 50, 0, 50]
 
 
+def test_a_debt_deeper_than_the_quota_is_not_paid_twice_by_the_credit(spark):
+    """At 100/s: 20 then 30 leave a credit of 100 (80 + 70 dropped, one quota), and 600 in the
+    next second are 300 over. A scrape row's debt is net of the credit already, so the credit
+    does not allow anything beyond it again: 100 in the next second are 100 over (a debt of 300
+    against a quota of 100), and after 2.5 s idle the debt is 50, so 100 in a second are 50 over
+    and the row is not starved. (Taking the credit off again, once the allowance is 0, found both
+    0 over and the last row starved.)"""
+    t = partition("credit", 0)
+    rows = periods_of(
+        spark,
+        [interval("subscription", 0, 20, topic=t, subscription="s", grain="scrape"),
+         interval("subscription", 1, 30, topic=t, subscription="s", grain="scrape"),
+         interval("subscription", 2, 600, topic=t, subscription="s", grain="scrape"),
+         interval("subscription", 3, 100, topic=t, subscription="s", grain="scrape"),
+         interval("subscription", 4, 0, topic=t, subscription="s", seconds=2.5, grain="scrape"),
+         interval("subscription", 6.5, 100, topic=t, subscription="s", grain="scrape")],
+        [limit("subscription", 100, topic=t)],
+    )  # fmt: skip
+    assert [r["debt_in_msgs"] for r in rows] == [0, 0, 0, 300, 300, 50]
+    assert [r["allowed_msgs"] for r in rows] == [200, 200, 200, 0, 0, 0]
+    assert [r["credit_in_msgs"] for r in rows] == [0, 80, 100, 100, 100, 100]
+    assert [r["over_msgs"] for r in rows] == [0, 0, 300, 100, 0, 50]
+    assert [r["starved"] for r in rows] == [False, False, False, True, True, False]
+
+
 def test_over_delivery_causes(spark):
     t = partition("orders", 0)
     rows = periods_of(

@@ -180,15 +180,19 @@ def dispatch_periods(
         credit_in, credit_out = (F.when(F.col("grain") == "scrape", F.col(f"_credit_{e}_{name}")).otherwise(F.lit(0)) for e in ("in", "out"))
         quota = F.when(limited, F.col(f"_q1_{name}") - F.col(f"_q0_{name}"))
         debt_in = F.when(token_bucket, F.greatest(F.lit(0), x_in - cap - credit_in)).otherwise(x_in)
-        allowed = F.greatest(F.lit(0), F.when(token_bucket, cap + quota - x_in).otherwise(quota - x_in))
+        # The allowance before its floor at 0: negative when the debt is more than the row's quota.
+        unfloored = F.when(token_bucket, cap + quota - x_in).otherwise(quota - x_in)
         debt_out = F.when(token_bucket, F.greatest(F.lit(0), x_out - cap - credit_out)).otherwise(x_out)
         rows = (
             rows.withColumn(f"debt_in_{name}", F.when(limited, debt_in).otherwise(F.lit(0)))
-            .withColumn(f"allowed_{name}", F.when(limited, allowed))
+            .withColumn(f"allowed_{name}", F.when(limited, F.greatest(F.lit(0), unfloored)))
             .withColumn(f"credit_in_{name}", F.when(limited, credit_in).otherwise(F.lit(0)))
+            # The allowance with the credit: the debt is net of it already, so once that debt
+            # is more than the quota the credit allows nothing more.
+            .withColumn(f"_with_credit_{name}", F.when(limited, F.greatest(F.lit(0), unfloored + credit_in)))
             .withColumn(
                 f"over_{name}",
-                F.when(limited, F.greatest(F.lit(0), d - F.col(f"allowed_{name}") - credit_in)).otherwise(F.lit(0)),
+                F.when(limited, F.greatest(F.lit(0), d - F.col(f"_with_credit_{name}"))).otherwise(F.lit(0)),
             )
             .withColumn(f"debt_out_{name}", F.when(limited, debt_out).otherwise(F.lit(0)))
             .withColumn(f"quota_{name}", quota)
@@ -219,7 +223,7 @@ def dispatch_periods(
             *[f"{c}_{name}" for name, _ in MEASURES for c in ("debt_in", "allowed", "credit_in", "over", "debt_out")],
             (
                 (F.col("charge_rule") != NOT_CHARGED)
-                & (F.coalesce(F.col("allowed_msgs") == 0, F.lit(False)) | F.coalesce(F.col("allowed_bytes") == 0, F.lit(False)))
+                & (F.coalesce(F.col("_with_credit_msgs") == 0, F.lit(False)) | F.coalesce(F.col("_with_credit_bytes") == 0, F.lit(False)))
             ).alias("starved"),
             "starved_empty_periods",
             "over_batch_msgs",
