@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import date, datetime, timedelta, timezone
 from typing import TypeVar
 
 import pulsar
@@ -30,6 +30,17 @@ def at_once(names: Iterable[str], job: Callable[[str], T]) -> dict[str, T]:
     with ThreadPoolExecutor(max(1, len(names)), thread_name_prefix="experiment") as pool:
         futures = {name: pool.submit(job, name) for name in names}
         return {name: future.result() for name, future in futures.items()}
+
+
+def one_utc_day(traffic_seconds: float = 600) -> date:
+    """Today (UTC), once a fixture's traffic can end on it: when less than ``traffic_seconds``
+    are left before midnight, after midnight. The fixture lands and builds that one day, so
+    traffic split across two day folders would leave part of it unjudged."""
+    now = datetime.now(timezone.utc)
+    left = (datetime(now.year, now.month, now.day, tzinfo=timezone.utc) + timedelta(days=1) - now).total_seconds()
+    if left < traffic_seconds:
+        time.sleep(left + 1)
+    return datetime.now(timezone.utc).date()
 
 
 @dataclass

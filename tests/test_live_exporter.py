@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from datetime import datetime, timezone
 
 import pytest
 import requests
@@ -33,7 +32,7 @@ import requests
 from brokerlens.pipeline import run_stage
 from brokerlens.settings import Settings
 from brokerlens.platform.tables import read_table
-from live_traffic import Collector, consume, produce, set_dispatch_rate, subscribe_first
+from live_traffic import Collector, consume, one_utc_day, produce, set_dispatch_rate, subscribe_first
 from pulsar_broker import pulsar_interceptor, pulsar_jars
 
 pytestmark = pytest.mark.pulsar
@@ -108,6 +107,7 @@ def experiments(broker, collector) -> dict:
 @pytest.fixture(scope="module")
 def day(pulsar_brokers, spark, tmp_path_factory):
     settings = Settings(home=tmp_path_factory.mktemp("exporter"))
+    today = one_utc_day()
     broker = pulsar_brokers.get(pulsar_jars.LTS, {}, interceptor=True)
     started = time.monotonic()
     with Collector(broker, settings) as collector:
@@ -118,7 +118,6 @@ def day(pulsar_brokers, spark, tmp_path_factory):
     dropped = requests.get(broker.admin_url + pulsar_interceptor.PATH, params={"limit": 1}, timeout=30).headers["X-Brokerlens-Dropped-Records"]
     traffic = time.monotonic() - started
     stats = {name: broker.stats(t)["subscriptions"][SUB] for name, (t, _) in run["seen"].items()}
-    today = datetime.now(timezone.utc).date()
     landed = run_stage("land", today, settings, spark)
     run_stage("build", today, settings, spark)
     periods = (

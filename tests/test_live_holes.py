@@ -18,10 +18,9 @@ from __future__ import annotations
 
 import time
 import uuid
-from datetime import datetime, timezone
 
 import pytest
-from live_traffic import at_once
+from live_traffic import at_once, one_utc_day
 from pulsar_traffic import make_holes, received_again
 from alert_helpers import configure, parts
 
@@ -123,8 +122,8 @@ def live_holes(pulsar_brokers, spark, tmp_path_factory):
         env.setenv("BROKERLENS_HOME", home)
         env.setenv("BROKERLENS_COLLECT__METRICS", "true")  # each broker's /metrics too
         settings = reload_settings()
+        day = one_utc_day()
         results = at_once(BROKERS, lambda name: reload_experiment(holes_broker(pulsar_brokers, name), settings, name))
-        day = datetime.now(timezone.utc).date()
         landed = run_stage("land", day, settings, spark)
         build_silver(spark, day, settings)
         build_holes(spark, day, settings)

@@ -13,11 +13,10 @@ unbatched, 250 in 5-message batches."""
 from __future__ import annotations
 
 import time
-from datetime import datetime, timezone
 from itertools import pairwise
 
 import pytest
-from live_traffic import Collector, at_once, consume, partial_quota_then_refill, produce, set_dispatch_rate, subscribe_first
+from live_traffic import Collector, at_once, consume, one_utc_day, partial_quota_then_refill, produce, set_dispatch_rate, subscribe_first
 from pulsar_broker import pulsar_jars
 
 from brokerlens.pipeline import run_stage
@@ -145,6 +144,7 @@ def day(pulsar_brokers, spark, tmp_path_factory):
     """Every configuration's traffic collected into one landing (the brokers side by side), then
     one land + build of the day."""
     settings = Settings(home=tmp_path_factory.mktemp("throttling"))
+    today = one_utc_day()
 
     def run(label: str) -> dict:
         broker = pulsar_brokers.get(pulsar_jars.LTS, CONFIGS[label])
@@ -157,7 +157,6 @@ def day(pulsar_brokers, spark, tmp_path_factory):
         return {"broker": f"127.0.0.1:{broker.web_port}", "seen": seen, "stats": stats, "changed": changed, "refill tried": refill_tried}
 
     runs = at_once(CONFIGS, run)
-    today = datetime.now(timezone.utc).date()
     run_stage("land", today, settings, spark)
     run_stage("build", today, settings, spark)
     periods = read_table("dispatch_periods", settings=settings, spark=spark).where(f"day = '{today}'").collect()
