@@ -222,9 +222,9 @@ def partial_quota_then_refill(client: pulsar.Client, collector: Collector, topic
     """A caught-up consumer on ``topic``, limited to ``quota`` messages a ``period``, with
     snapshots ``collector.every`` seconds apart (more than half a period, less than one). After a
     period without a read, one message: the read that ends the wait, when the token bucket adds
-    its refill, netted against that read and capped, and starts its next period. Right after the
-    snapshot that follows, a backlog of ``2 * quota - 1``: the dispatcher sends ``quota - 1`` at
-    once, the rest of the quota it refilled; then, throttled, it retries every second
+    its refill, capped at the quota, and starts its next period. Right after the snapshot that
+    follows, a backlog of ``2 * quota - 1``: the dispatcher sends ``quota - 1`` at once, the rest
+    of the quota it refilled; then, throttled, it retries every second
     (MESSAGE_RATE_BACKOFF_MS), and the first retry a period after the first message gets the
     next quota. Both reads fall in the one snapshot interval, shorter than a period.
 
@@ -250,5 +250,5 @@ def partial_quota_then_refill(client: pulsar.Client, collector: Collector, topic
         tried.append({"one": one, "snapshot": snapshot, "backlog": backlog, "kept": kept})
         if kept:
             time.sleep(1)  # the consumer receives the refill's read before it closes
-            return tried
+            break
     return tried

@@ -330,9 +330,9 @@ def test_rate_change_mid_run(day, label):
 def test_a_refill_a_period_after_the_read_that_ended_a_wait(day, label):
     """200 messages a 4 s period, snapshots every 3 s (``partial_quota_then_refill``): after a
     period idle, one message; right after the next snapshot, a backlog of 399. The token bucket
-    took its refill at the read that ended its wait, netted against that read and capped, and its
-    next a period later: it sent 199 at once and 200 at its first retry a period after the first
-    message, 399 in one 3 s interval, and held its limit. A bucket that refills evenly and is
+    took its refill at the read that ended its wait, capped at 200, and its next a period later:
+    it sent 199 at once (the first message and those, one quota) and 200 at its first retry a
+    period after the first message, 399 in one 3 s interval, and held its limit. A bucket that refills evenly and is
     capped at each snapshot allows 200 + 150 there, 49 over, a debt the broker never had:
     brokerlens credits what that cap dropped since the first message (``credit_in_msgs``) and
     finds nothing over but timing. The classic limiter renews on its own schedule: nothing over
