@@ -265,6 +265,24 @@ def backlog_rows(spark, points):
 
 
 @pytest.mark.slow
+def test_starved_empty_periods_after_a_counter_row_are_its_bucket_s_net_of_the_credit(spark):
+    """Counter rows at 10/s (classic), backlog all along, and no snapshot from second 3 to 10.
+    s2: 30 in its first second, a full bucket and the second's refill (20) and 10 more: tokens
+    -10, so second 3 allows 0 and second 4 allows 10: 1 starved empty period (the classic count
+    of x / limit read a bucket's x as a debt: 2). s1: 2 then 3 first, whose refill the model's cap
+    dropped (a credit of 10), so the 30 leave no debt: none."""
+    t = partition("orders", 0)
+    scraped = {"s1": [(0, 2), (1, 3), (2, 30), (10, 1)], "s2": [(2, 30), (10, 1)]}
+    intervals = [interval("subscription", s, m, topic=t, subscription=sub, grain="scrape") for sub, rows in scraped.items() for s, m in rows]
+    backlog = backlog_rows(spark, [("s1", 0, 100), ("s2", 0, 100)])
+    periods = dispatch_periods(frame(spark, "dispatch_intervals", intervals), frame(spark, "rate_limits", [limit("subscription", 10, topic=t)]),
+                               None, models_frame(spark, {BROKER: CLASSIC}), backlog)  # fmt: skip
+    rows = {(r["subscription"], offset(r)): r for r in periods.collect()}
+    assert (rows[("s1", 2)]["credit_in_msgs"], rows[("s1", 2)]["over_msgs"], rows[("s2", 2)]["over_msgs"]) == (10, 0, 10)
+    assert {sub: rows[(sub, 2)]["starved_empty_periods"] for sub in scraped} == {"s1": 0, "s2": 1}
+
+
+@pytest.mark.slow
 def test_starved_counts_empty_periods_with_backlog(spark):
     """30 at second 0 at 10/s, next record at second 10. Classic: x = 20, so seconds 1 and 2 have
     allowance 0 (debt 20, then 10): 2 empty starved periods with backlog (s1: backlog 100 from

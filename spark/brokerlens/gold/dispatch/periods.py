@@ -189,10 +189,10 @@ def dispatch_periods(
             .withColumn(f"credit_in_{name}", F.when(limited, credit_in).otherwise(F.lit(0)))
             # The allowance with the credit: the debt is net of it already, so once that debt
             # is more than the quota the credit allows nothing more.
-            .withColumn(f"_with_credit_{name}", F.when(limited, F.greatest(F.lit(0), unfloored + credit_in)))
+            .withColumn(f"_allowed_with_credit_{name}", F.when(limited, F.greatest(F.lit(0), unfloored + credit_in)))
             .withColumn(
                 f"over_{name}",
-                F.when(limited, F.greatest(F.lit(0), d - F.col(f"_with_credit_{name}"))).otherwise(F.lit(0)),
+                F.when(limited, F.greatest(F.lit(0), d - F.col(f"_allowed_with_credit_{name}"))).otherwise(F.lit(0)),
             )
             .withColumn(f"debt_out_{name}", F.when(limited, debt_out).otherwise(F.lit(0)))
             .withColumn(f"quota_{name}", quota)
@@ -223,7 +223,7 @@ def dispatch_periods(
             *[f"{c}_{name}" for name, _ in MEASURES for c in ("debt_in", "allowed", "credit_in", "over", "debt_out")],
             (
                 (F.col("charge_rule") != NOT_CHARGED)
-                & (F.coalesce(F.col("_with_credit_msgs") == 0, F.lit(False)) | F.coalesce(F.col("_with_credit_bytes") == 0, F.lit(False)))
+                & (F.coalesce(F.col("_allowed_with_credit_msgs") == 0, F.lit(False)) | F.coalesce(F.col("_allowed_with_credit_bytes") == 0, F.lit(False)))
             ).alias("starved"),
             "starved_empty_periods",
             "over_batch_msgs",
