@@ -8,7 +8,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from .limits import MEASURES, US, round_half_up
-from .models import TOKEN_BUCKET
+from .models import broker_credit, judged_as_bucket
 from .scopes import LEVEL_KEYS, SCOPE, per_level
 
 
@@ -106,24 +106,19 @@ def with_starved_empty(rows: DataFrame, backlog: DataFrame | None) -> DataFrame:
     After a row the state x drains by the limit each period: the allowance stays 0 for
     floor(x / limit) periods (classic) or floor(x / limit) - 1 (token bucket, which also has the
     refill; a counter row's too, with x net of the broker's credit); messages or bytes, whichever
-    lasts longer. The limit of the row is used for the
-    whole gap. Periods before the first snapshot known are not counted (no backlog known)."""
+    lasts longer. The limit of the row is used for the whole gap. Periods before the first
+    snapshot known are not counted (no backlog known)."""
     if backlog is None:
         return rows.withColumn("starved_empty_periods", F.lit(0).cast("long"))
     p_us = F.col("rate_period_seconds").cast("long") * F.lit(US)
     t1 = F.col("t0_us") + round_half_up(F.col("interval_seconds") * US)
-    # A counter row is judged as a bucket (periods.py), x its capacity less its tokens, which
-    # the broker's credit adds to: its periods at 0 are those of the token bucket's, net of it.
-    scrape = F.col("grain") == "scrape"
+    # A bucket's x is its capacity less its tokens, which a counter row's credit adds to.
     zero = F.greatest(
         *[
             F.coalesce(
                 F.when(
-                    (F.col("limiter_model") == TOKEN_BUCKET) | scrape,
-                    F.greatest(
-                        F.lit(0),
-                        F.floor((F.col(f"_x_out_{name}") - F.when(scrape, F.col(f"_credit_out_{name}")).otherwise(F.lit(0))) / F.col(f"{m}_limit")) - 1,
-                    ),
+                    judged_as_bucket(),
+                    F.greatest(F.lit(0), F.floor((F.col(f"_x_out_{name}") - broker_credit("out", name)) / F.col(f"{m}_limit")) - 1),
                 ).otherwise(F.floor(F.col(f"_x_out_{name}") / F.col(f"{m}_limit"))),
                 F.lit(0),
             )

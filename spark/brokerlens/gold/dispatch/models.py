@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from datetime import date, timedelta
 
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from brokerlens.gold.brokers import broker_config_at, version_choices
@@ -18,6 +18,21 @@ from brokerlens.gold.brokers import broker_config_at, version_choices
 CLASSIC, TOKEN_BUCKET, TOKEN_BUCKET_PERIODIC = "classic", "token-bucket", "token-bucket-periodic"
 TOKEN_BUCKETS = (TOKEN_BUCKET, TOKEN_BUCKET_PERIODIC)
 FACTORY_KEY = "dispatchRateLimiterFactoryClassName"
+
+
+def judged_as_bucket() -> Column:
+    """Rows judged as a bucket of capacity the limit, the recursion's x its capacity less its
+    tokens: the token bucket refilled every 16 ms, and every snapshot interval (a counter row,
+    ``grain`` scrape), which a limiter's periods do not align with (periods.py)."""
+    return (F.col("limiter_model") == TOKEN_BUCKET) | (F.col("grain") == "scrape")
+
+
+def broker_credit(edge: str, measure: str) -> Column:
+    """The scan's credit before (``edge`` in) or after (out) the row: tokens the broker may hold
+    beyond a snapshot interval's bucket (periods.py); 0 on a period record."""
+    return F.when(F.col("grain") == "scrape", F.col(f"_credit_{edge}_{measure}")).otherwise(F.lit(0))
+
+
 # The model by version, newest first: the periodic refill is in 4.0.4 and 3.3.5 (the first
 # releases of their lines with DispatchRateLimiterFactoryClassic) and every later line.
 VERSION_MODELS = (

@@ -20,7 +20,7 @@ from .cursors import (
     with_starved_empty,
 )
 from .limits import MEASURES, US, limit_timeline, quota_until, round_half_up, with_limit
-from .models import TOKEN_BUCKET, TOKEN_BUCKETS, with_model
+from .models import TOKEN_BUCKETS, broker_credit, judged_as_bucket, with_model
 from .scopes import SCOPE
 
 
@@ -113,7 +113,7 @@ def dispatch_periods(
     # renews on its own fixed schedule, the token bucket on the first read a period after its last
     # refill): it can hold the reads of one period more than its share of the quota. Judged like
     # that bucket, one period's quota of slack, so a limiter that held is never found over.
-    token_bucket = (F.col("limiter_model") == TOKEN_BUCKET) | (F.col("grain") == "scrape")
+    token_bucket = judged_as_bucket()
     count_unit = (
         F.when(F.col("l_count_entries") & F.col("entries").isNotNull(), F.lit("entries"))
         .when(F.col("l_count_entries"), F.lit("msgs-no-entries"))
@@ -177,7 +177,7 @@ def dispatch_periods(
         # once a period) only then, so it may hold what that cap dropped (the scan's credit):
         # without it, a short interval at steady throttle left the model a debt the broker
         # never had, found over in every interval after it.
-        credit_in, credit_out = (F.when(F.col("grain") == "scrape", F.col(f"_credit_{e}_{name}")).otherwise(F.lit(0)) for e in ("in", "out"))
+        credit_in, credit_out = broker_credit("in", name), broker_credit("out", name)
         quota = F.when(limited, F.col(f"_q1_{name}") - F.col(f"_q0_{name}"))
         debt_in = F.when(token_bucket, F.greatest(F.lit(0), x_in - cap - credit_in)).otherwise(x_in)
         # The allowance before its floor at 0: negative when the debt is more than the row's quota.
