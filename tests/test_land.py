@@ -13,7 +13,6 @@ from landing_helpers import FIXTURES, install_fixtures, rows
 
 from brokerlens.land import dispatch, metrics
 from brokerlens.land.bronze import land_day, land_kind, survey_day
-from brokerlens.land.metrics import samples_not_landed
 from brokerlens.land.settings import LandSettings
 from brokerlens.platform.tables import read_table
 
@@ -209,7 +208,7 @@ def test_line_numbers_across_file_blocks(spark, settings):
     (folder / "big.jsonl").write_text("\n".join(lines) + "\n")
     spark.conf.set("spark.sql.files.maxPartitionBytes", "16384")
     try:
-        good, bad, parsed = land_kind(spark, dispatch, DAY, settings)
+        good, bad, parsed, _ = land_kind(spark, dispatch, DAY, settings)
         assert [(r["line"], r["reason"]) for r in bad.collect()] == [(1500, "malformed-json")]
         got = good.select("line", "msgs").collect()
         parsed.unpersist()
@@ -245,13 +244,13 @@ def test_metrics_land_the_analytics_families_and_count_the_rest(spark, settings)
     files = survey_day(DAY, settings)["metrics"]
 
     def landed(land: LandSettings) -> tuple[dict, dict, int]:
-        good, bad, parsed = land_kind(spark, metrics, DAY, settings.model_copy(update={"land": land}), files)
+        good, bad, parsed, not_landed = land_kind(spark, metrics, DAY, settings.model_copy(update={"land": land}), files)
         try:
             rows = {(r["source_file"].removeprefix("2026-11-21/metrics/"), r["line"]): r["metric"] for r in good.collect()}
             reasons = {(r["source_file"].removeprefix("2026-11-21/metrics/"), r["line"]): r["reason"] for r in bad.collect()}
         finally:
             parsed.unpersist()
-        return rows, reasons, samples_not_landed(spark, files.read, land)
+        return rows, reasons, not_landed
 
     rows, reasons, not_landed = landed(LandSettings())
     assert rows == {("broker-1.prom", 4): "pulsar_out_messages_total", ("broker-1.prom", 5): "pulsar_out_messages_total"}

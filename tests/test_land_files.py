@@ -48,7 +48,7 @@ def compress(path: Path, codec: str) -> Path:
 def landed(spark, parser, settings) -> tuple[list, list]:
     """(bronze rows, quarantine rows) of one kind, with the codec's extension taken out of the
     file names (the only difference a compressed twin may make), in a stable order."""
-    good, bad, parsed = land_kind(spark, parser, DAY, settings)
+    good, bad, parsed, _ = land_kind(spark, parser, DAY, settings)
 
     def plain(df):
         out = []
@@ -189,9 +189,9 @@ def test_a_failed_land_leaves_no_parsed_rows_persisted(spark, settings, monkeypa
     kept = []
 
     def recording(*args, **kwargs):
-        good, bad, parsed = land_kind(*args, **kwargs)
-        kept.append((parsed, parsed.storageLevel))
-        return good, bad, parsed
+        landed = land_kind(*args, **kwargs)
+        kept.append((landed.parsed, landed.parsed.storageLevel))
+        return landed
 
     def failing(frame, table, *args, **kwargs):
         if table == "quarantine":

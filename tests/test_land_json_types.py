@@ -118,7 +118,7 @@ def test_values_of_another_json_type(spark, settings):
 
 def landed(spark, parser, settings) -> tuple[dict, set]:
     """(bronze rows by (topic, child), {(detail, reason)} of the quarantine) of one kind."""
-    good, bad, parsed = land_kind(spark, parser, DAY, settings)
+    good, bad, parsed, _ = land_kind(spark, parser, DAY, settings)
     try:
         child = "subscription" if parser is topic_stats else "cursor"
         rows = {(r["topic"], r[child]): r.asDict() for r in good.collect()}

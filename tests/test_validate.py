@@ -27,7 +27,7 @@ def suite(path, expectations):
 @pytest.mark.slow
 def test_validate_passes_then_fails_on_a_critical_expectation(spark, settings, tmp_path, monkeypatch):
     install_fixtures(settings, "2026-11-21")
-    good, _, parsed = land_kind(spark, dispatch, DAY, settings)
+    good, _, parsed, _ = land_kind(spark, dispatch, DAY, settings)
     write_table(good, "bronze_dispatch", mode="replace", partitions=[{"day": DAY}], settings=settings)
     parsed.unpersist()
     msgs = [r["msgs"] for r in read_table("bronze_dispatch", settings=settings, spark=spark).collect()]
@@ -93,7 +93,7 @@ def test_bronze_layer_row_counts_warn_on_an_empty_day_and_fail_when_files_landed
 
     install_fixtures(settings, "2026-11-21")
     shutil.rmtree(settings.landing / "2026-11-21" / "metrics")  # nothing landed for bronze_metrics
-    good, _, parsed = land_kind(spark, dispatch, DAY, settings)
+    good, _, parsed, _ = land_kind(spark, dispatch, DAY, settings)
     write_table(good, "bronze_dispatch", mode="replace", partitions=[{"day": DAY}], settings=settings)
     parsed.unpersist()
     landed = read_table("bronze_dispatch", settings=settings, spark=spark).where(f"day = '{DAY}'").count()

@@ -13,6 +13,7 @@ from __future__ import annotations
 from contextlib import ExitStack
 from datetime import date
 from functools import partial
+from typing import NamedTuple
 
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, Row, SparkSession
@@ -44,11 +45,19 @@ def survey_day(day: date, settings: LandStepSettings) -> dict[str, KindFiles]:
     )
 
 
-def land_kind(spark: SparkSession, parser, day: date, settings: LandStepSettings, files: KindFiles | None = None) -> tuple[DataFrame, DataFrame, DataFrame]:
-    """(bronze rows, quarantine rows, the parsed frame both come from: persisted, unpersist
-    it when done; the empty bronze rows when the kind has no file to read) of one landing kind
-    for the day; ``files``: the kind's files from :func:`survey_day` (surveyed here when not
-    given)."""
+class LandedKind(NamedTuple):
+    """One landing kind's day, from :func:`land_kind`."""
+
+    good: DataFrame  # the bronze rows
+    bad: DataFrame  # the quarantine rows
+    parsed: DataFrame  # what both come from, persisted: unpersist it when done
+    samples_not_landed: int  # /metrics samples of the families that do not land (0 for the other kinds)
+
+
+def land_kind(spark: SparkSession, parser, day: date, settings: LandStepSettings, files: KindFiles | None = None) -> LandedKind:
+    """One landing kind for the day (:class:`LandedKind`; when the kind has no file to read,
+    its bronze rows are the empty frame, parsed too); ``files``: the kind's files from
+    :func:`survey_day` (surveyed here when not given)."""
     if files is None:
         files = survey_day(day, settings)[parser.KIND]
     bad = not_read_frame(spark, files.not_read, day, parser.KIND)
@@ -57,15 +66,15 @@ def land_kind(spark: SparkSession, parser, day: date, settings: LandStepSettings
         # day of dispatch files alone landed in 6.1 to 9.8 s instead of 9.1 to 12.4 s (warm,
         # alternating, 7 runs each). The day's partition is still replaced, by no rows.
         good = empty_frame(parser.TABLE, spark)
-        return good, bad, good
-    records = (read_whole if parser.WHOLE_FILE else read_lines)(spark, files.read)
-    if parser is metrics:
-        # The samples of other families are dropped before anything is parsed: what lands is a few
-        # percent of a page's lines. Kept once, on disk, those lines are what the duplicate check,
-        # the per-file summary and the rows read; otherwise each of them numbers and filters the
-        # files' text again (nine passes over it per land on the large day, three with this).
-        records = metrics.landed_records(records, settings.land).localCheckpoint(storageLevel=StorageLevel.DISK_ONLY)
-    if not parser.WHOLE_FILE:  # whole files are judged for duplicates per envelope, inside
+        return LandedKind(good, bad, good, 0)
+    not_landed = 0
+    if parser.WHOLE_FILE:
+        records = read_whole(spark, files.read)
+    else:
+        lines = read_lines(spark, files.read)
+        # The samples of other /metrics families are dropped before anything is parsed.
+        records, not_landed = metrics.landed_records(lines, settings.land) if parser is metrics else (lines.records, 0)
+        # Whole files are judged for duplicates per envelope, inside.
         records = mark_duplicates(records, within_file=getattr(parser, "DUPLICATES_WITHIN_FILE", False))
     # Parsed once, used twice (bronze and quarantine), kept on local disk: every kind's parsed
     # rows (whole Pulsar JSON documents) stay until the quarantine is written, and cached in the
@@ -74,7 +83,7 @@ def land_kind(spark: SparkSession, parser, day: date, settings: LandStepSettings
     schema = table_schema(parser.TABLE)
     good = parsed.where(F.col("problem").isNull()).select(*schema.column_names)
     bad = quarantine_frame(parsed.where(F.col("problem").isNotNull()), day, parser.KIND).unionByName(bad)
-    return good, bad, parsed
+    return LandedKind(good, bad, parsed, not_landed)
 
 
 def not_read_frame(spark: SparkSession, not_read: list[NotRead], day: date, kind: str) -> DataFrame:
@@ -83,11 +92,10 @@ def not_read_frame(spark: SparkSession, not_read: list[NotRead], day: date, kind
 
 
 def _land_kind_to_bronze(spark: SparkSession, parser, day: date, settings: LandStepSettings, files: KindFiles, kept: ExitStack):
-    good, bad, parsed = land_kind(spark, parser, day, settings, files)
-    kept.callback(parsed.unpersist)  # at the end of land, also when this kind or another fails
-    write = write_table(good, parser.TABLE, mode="replace", partitions=[{"day": day}], settings=settings)
-    not_landed = metrics.samples_not_landed(spark, files.read, settings.land) if parser is metrics else 0
-    return write, bad, not_landed
+    landed = land_kind(spark, parser, day, settings, files)
+    kept.callback(landed.parsed.unpersist)  # at the end of land, also when this kind or another fails
+    write = write_table(landed.good, parser.TABLE, mode="replace", partitions=[{"day": day}], settings=settings)
+    return write, landed.bad, landed.samples_not_landed
 
 
 def land_day(spark: SparkSession, day: date, settings: LandStepSettings) -> StageResult:

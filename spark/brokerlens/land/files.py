@@ -13,6 +13,7 @@ opened, or that hold binary content, never reach Spark.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession, Window
@@ -53,16 +54,26 @@ def read_whole(spark: SparkSession, paths: list[Path]) -> DataFrame:
     )
 
 
-def read_lines(spark: SparkSession, paths: list[Path]) -> DataFrame:
+@dataclass(frozen=True)
+class Lines:
+    """The records of :func:`read_lines`, and how many there are (its non-blank lines), counted
+    while the lines were numbered, not by another pass over the files."""
+
+    records: DataFrame
+    count: int
+
+
+def read_lines(spark: SparkSession, paths: list[Path]) -> Lines:
     """One record per non-blank line with its real 1-based line number.
 
     Spark splits big files into blocks read in parallel; a row's line number is its position
     within its block plus the lines of the file's earlier blocks. Within a block the row ids of
     ``monotonically_increasing_id`` are consecutive, so no per-row loop or single-task read is
-    needed however big the file.
+    needed however big the file. The blocks (a row each) are counted first and kept, so that
+    the records' count needs no pass of its own.
     """
     if not paths:
-        return spark.createDataFrame([], RECORD_SCHEMA)
+        return Lines(spark.createDataFrame([], RECORD_SCHEMA), 0)
     df = spark.read.text([str(p) for p in paths]).select(
         _without_bom(F.col("value")).alias("raw"),
         F.col("_metadata.file_path").alias("path"),
@@ -70,13 +81,15 @@ def read_lines(spark: SparkSession, paths: list[Path]) -> DataFrame:
         F.col("_metadata.file_modification_time").alias("ingested_at"),
         F.monotonically_increasing_id().alias("rid"),
     )
-    blocks = df.groupBy("path", "block").agg(F.min("rid").alias("first_rid"), F.count("*").alias("n"))
+    nonblank = F.trim("raw") != ""
+    blocks = df.groupBy("path", "block").agg(F.min("rid").alias("first_rid"), F.count("*").alias("n"), F.count_if(nonblank).alias("records"))
     earlier = Window.partitionBy("path").orderBy("block").rowsBetween(Window.unboundedPreceding, -1)
-    blocks = blocks.withColumn("before", F.coalesce(F.sum("n").over(earlier), F.lit(0)))
-    numbered = df.join(F.broadcast(blocks), ["path", "block"])
-    return numbered.where(F.trim("raw") != "").select(
+    blocks = blocks.withColumn("before", F.coalesce(F.sum("n").over(earlier), F.lit(0))).localCheckpoint()
+    numbered = df.join(F.broadcast(blocks.drop("n", "records")), ["path", "block"])
+    records = numbered.where(nonblank).select(
         _source_file("path").alias("source_file"),
         (F.col("rid") - F.col("first_rid") + F.col("before") + 1).cast("int").alias("line"),
         "raw",
         "ingested_at",
     )
+    return Lines(records, blocks.agg(F.sum("records")).first()[0] or 0)

@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import fnmatch
 from datetime import date
-from pathlib import Path
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from brokerlens.land.settings import LandSettings
@@ -47,6 +47,7 @@ from .checks import (
     map_object,
     parse_object,
 )
+from .files import Lines
 
 KIND = "metrics"
 TABLE = "bronze_metrics"
@@ -99,19 +100,17 @@ def _landed(settings: LandSettings) -> F.Column | None:
     return raw.startswith("#") | kept | ~raw.rlike(_SAMPLE)
 
 
-def landed_records(records: DataFrame, settings: LandSettings) -> DataFrame:
-    """The lines of ``records`` that land (:func:`_landed`)."""
+def landed_records(lines: Lines, settings: LandSettings) -> tuple[DataFrame, int]:
+    """(the records of ``lines`` that land (:func:`_landed`), kept once on local disk; how many
+    samples do not land). The lines that land are a few percent of a page's: kept, they are what
+    the duplicate check, the per-file summary and the rows read, instead of each of them numbering
+    and filtering the files' text again. The samples not landed are the lines read less those that
+    land, counted on what is kept, not by a pass of their own over the text."""
     landed = _landed(settings)
-    return records if landed is None else records.where(landed)
-
-
-def samples_not_landed(spark: SparkSession, paths: list[Path], settings: LandSettings) -> int:
-    """How many samples of ``paths`` do not land (other families), counted on the text alone."""
-    landed = _landed(settings)
-    if landed is None or not paths:
-        return 0
-    lines = spark.read.text([str(p) for p in paths]).withColumnRenamed("value", "raw")
-    return lines.where((F.trim("raw") != "") & ~landed).count()
+    if landed is None:
+        return lines.records, 0
+    kept = lines.records.where(landed).localCheckpoint(storageLevel=StorageLevel.DISK_ONLY)
+    return kept, lines.count - kept.count()
 
 
 def _problem(reason: str, detail: F.Column) -> F.Column:
