@@ -273,3 +273,45 @@ def test_metrics_land_the_analytics_families_and_count_the_rest(spark, settings)
 def test_metric_family_patterns_must_not_be_empty():
     with pytest.raises(ValueError, match="empty pattern"):
         LandSettings(metric_families=[" "])
+
+
+@pytest.mark.slow
+def test_envelope_copies_are_looked_for_in_the_parsed_rows_and_judged_exactly(spark, settings):
+    """Envelopes are parsed without the duplicate check; only when two parsed envelopes hold the
+    same text (has_copies) is the kind parsed again with it: the copy is then quarantined as
+    mark_duplicates judges it, within a file and across files. A file that is no JSON has no
+    envelope text and is never a copy."""
+    from brokerlens.land import topic_stats
+    from brokerlens.land.envelope import has_copies
+    from brokerlens.land.files import read_whole
+
+    def envelope(topic: str) -> dict:
+        subscription = {"msgOutCounter": 5, "type": "Shared"}
+        return {"collected_at": "2026-11-21T10:00:00Z", "cluster": "c1", "broker": "b1:8080", "topic": topic, "stats": {"subscriptions": {"s": subscription}}}
+
+    folder = settings.landing / DAY.isoformat() / "topic-stats"
+    folder.mkdir(parents=True)
+    a, b = envelope("persistent://t/n/a"), envelope("persistent://t/n/b")
+    (folder / "first.json").write_text(json.dumps([a, b]))
+    (folder / "broken.json").write_text("{not json")
+    (folder / "other.json").write_text(json.dumps([envelope("persistent://t/n/c")]))
+    (folder / "broken-too.json").write_text("[1,")
+
+    def copies() -> bool:
+        parsed = topic_stats.parse(read_whole(spark, survey_day(DAY, settings)["topic-stats"].read), DAY, duplicates=False)
+        return has_copies(parsed)
+
+    def quarantined() -> list[tuple[str, str, str]]:
+        landed = land_kind(spark, topic_stats, DAY, settings)
+        try:
+            return sorted((r["source_file"].removeprefix(f"{DAY}/topic-stats/"), r["reason"], r["detail"]) for r in landed.bad.collect())
+        finally:
+            landed.parsed.unpersist()
+
+    assert not copies()
+    assert [q[:2] for q in quarantined()] == [("broken-too.json", "malformed-json"), ("broken.json", "malformed-json")]
+    (folder / "later.json").write_text(json.dumps([b, b]))  # a copy across files, then within one
+    assert copies()
+    assert [q for q in quarantined() if q[1] == "duplicate"] == [
+        ("later.json", "duplicate", f"{where}exact copy of {DAY}/topic-stats/first.json:2") for where in ("", "record 2: ")
+    ]

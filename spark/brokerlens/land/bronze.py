@@ -28,6 +28,7 @@ from brokerlens.platform.tables import WriteResult, empty_frame, read_table, wri
 
 from . import dispatch, internal_stats, metrics, policies, producer_stats, topic_stats
 from .checks import mark_duplicates, quarantine_frame
+from .envelope import has_copies
 from .files import read_lines, read_whole
 from .survey import KindFiles, NotRead, survey
 
@@ -79,7 +80,14 @@ def land_kind(spark: SparkSession, parser, day: date, settings: LandStepSettings
     # Parsed once, used twice (bronze and quarantine), kept on local disk: every kind's parsed
     # rows (whole Pulsar JSON documents) stay until the quarantine is written, and cached in the
     # heap they ran a 2 GB driver out of memory on 726 MB of a 2,000-partition day.
-    parsed = parser.parse(records, day).persist(StorageLevel.DISK_ONLY)
+    if parser.WHOLE_FILE:
+        # Envelopes are judged copies of others only when two hold the same text (has_copies).
+        parsed = parser.parse(records, day, duplicates=False).persist(StorageLevel.DISK_ONLY)
+        if has_copies(parsed):
+            parsed.unpersist()
+            parsed = parser.parse(records, day).persist(StorageLevel.DISK_ONLY)
+    else:
+        parsed = parser.parse(records, day).persist(StorageLevel.DISK_ONLY)
     schema = table_schema(parser.TABLE)
     good = parsed.where(F.col("problem").isNull()).select(*schema.column_names)
     bad = quarantine_frame(parsed.where(F.col("problem").isNotNull()), day, parser.KIND).unionByName(bad)

@@ -41,6 +41,9 @@ FIELDS = (
     Field("stats", "map<string,string>", required=True),
 )
 _PARTITION_SUFFIX = r"-partition-[0-9]+$"
+# Each row's envelope: its record (position in the file) and a 64-bit hash of its text. Two
+# envelopes of one hash only send their kind through the exact duplicate check (has_copies).
+ENVELOPE = "_envelope"
 
 
 def _text_type(children: str, verbatim: tuple[str, ...]) -> str:
@@ -49,12 +52,14 @@ def _text_type(children: str, verbatim: tuple[str, ...]) -> str:
     return f"struct<`{children}`:map<string,string>{''.join(f',`{k}`:string' for k in verbatim)}>"
 
 
-def explode_envelopes(records: DataFrame, day: date, children: str, verbatim: tuple[str, ...] = ()) -> DataFrame:
+def explode_envelopes(records: DataFrame, day: date, children: str, verbatim: tuple[str, ...] = (), duplicates: bool = True) -> DataFrame:
     """Rows: source_file, line (null), record, raw (the envelope's text), ingested_at, problem,
     collected_at, cluster, broker, topic (per partition), partitioned_topic, ``_in_partitions``
     (the row is a member of a ``partitions`` map), ``_stats`` (that topic's stats, a VARIANT)
-    and ``_text`` (its children and ``verbatim`` keys as text, :func:`_text_type`).
-    A bad envelope is one row with its problem and no stats.
+    and ``_text`` (its children and ``verbatim`` keys as text, :func:`_text_type`), and
+    ``ENVELOPE`` (record and text hash of the envelope the row comes from). A bad envelope is one
+    row with its problem and no stats. Without ``duplicates``, no envelope is judged a copy of
+    another: :func:`has_copies` tells afterwards whether that was right.
 
     Each envelope is parsed once into a VARIANT, which the checks and typed reads use; its text
     is parsed once more, for the pieces kept as Pulsar wrote them.
@@ -76,7 +81,9 @@ def explode_envelopes(records: DataFrame, day: date, children: str, verbatim: tu
     )
     # mark_duplicates orders copies by (source_file, line): use the record number meanwhile.
     whole = whole.withColumn("line", (F.col("_pos") + 1).cast("int"))
-    whole = mark_duplicates(whole).withColumnRenamed("line", "record").withColumn("line", F.lit(None).cast("int"))
+    whole = mark_duplicates(whole) if duplicates else whole.withColumn("duplicate_of", F.lit(None).cast("string"))
+    whole = whole.withColumnRenamed("line", "record").withColumn("line", F.lit(None).cast("int"))
+    whole = whole.withColumn(ENVELOPE, F.struct(F.col("record").alias("record"), F.when(F.col("raw").isNotNull(), F.xxhash64("raw")).alias("hash")))
     env = whole.withColumn("_env", F.try_parse_json("raw"))
     env = env.withColumn("_f", variant_fields(F.col("_env"), FIELDS))
     env = env.withColumn("_t", typed_variant(F.col("_f"), FIELDS))
@@ -114,6 +121,7 @@ def explode_envelopes(records: DataFrame, day: date, children: str, verbatim: tu
         "source_file",
         "line",
         "record",
+        ENVELOPE,
         "raw",
         "ingested_at",
         "problem",
@@ -170,6 +178,7 @@ def explode_children(
     label: str,
     extra_child_problems=lambda child: [],
     verbatim: tuple[str, ...] = (),
+    duplicates: bool = True,
 ) -> DataFrame:
     """Envelopes → one row per topic partition x child (``subscriptions``, ``cursors``).
 
@@ -181,7 +190,7 @@ def explode_children(
     No row is filtered out here: a filter under these projections gets the parses inlined into
     its condition, where Spark evaluates each one again.
     """
-    env = explode_envelopes(records, day, children, verbatim)
+    env = explode_envelopes(records, day, children, verbatim, duplicates)
     envelope_problem = F.col("problem")
     topics = env.withColumn("_tf", F.when(envelope_problem.isNull(), variant_fields(F.col("_stats"), topic_fields, members=(children,))))
     topics = topics.withColumn("_ts", typed_variant(F.col("_tf"), topic_fields))
@@ -220,3 +229,13 @@ def explode_children(
         .drop("problem", "raw", "_topic_problem", "_child_problem", "_child")
         .withColumnsRenamed({"_problem": "problem", "_raw": "raw"})
     )
+
+
+def has_copies(parsed: DataFrame) -> bool:
+    """Whether two envelopes of ``parsed`` (rows of :func:`explode_envelopes`, or carrying its
+    ``ENVELOPE``) hold the same text: then its envelopes must be parsed again with
+    ``duplicates``. Read from the parsed rows, this costs no pass over the files: judging the
+    copies first split every file's envelopes twice, once for their hashes (a sixth of landing
+    the large day's topic stats), for copies a day almost never has."""
+    envelopes = parsed.select("source_file", ENVELOPE).where(F.col(ENVELOPE)["hash"].isNotNull()).distinct()
+    return envelopes.groupBy(F.col(ENVELOPE)["hash"]).count().where("count > 1").limit(1).count() > 0

@@ -10,7 +10,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from .checks import MISSING_FIELD, PRIORITY, WRONG_TYPE, Field
-from .envelope import explode_children
+from .envelope import ENVELOPE, explode_children
 
 KIND = "internal-stats"
 TABLE = "bronze_internal_stats"
@@ -63,8 +63,8 @@ def _position_problems(cursor: F.Column) -> list:
     ]
 
 
-def parse(records: DataFrame, day: date) -> DataFrame:
-    rows = explode_children(records, day, TOPIC, "cursors", CURSOR, "cursor", _position_problems)
+def parse(records: DataFrame, day: date, duplicates: bool = True) -> DataFrame:
+    rows = explode_children(records, day, TOPIC, "cursors", CURSOR, "cursor", _position_problems, duplicates=duplicates)
     ts, cs = F.col("_ts"), F.col("_cs")
     ledgers = F.filter(ts["ledgers"], lambda ledger: ledger["ledgerId"].isNotNull())
     return rows.select(
@@ -87,4 +87,5 @@ def parse(records: DataFrame, day: date) -> DataFrame:
         "ingested_at",
         "raw",
         "problem",
+        ENVELOPE,
     )

@@ -9,7 +9,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from .checks import Field
-from .envelope import explode_children
+from .envelope import ENVELOPE, explode_children
 
 KIND = "topic-stats"
 TABLE = "bronze_topic_stats"
@@ -67,8 +67,8 @@ def subscription_column(ss: F.Column, f: Field) -> F.Column:
     return ss[f.key].alias(f.name)
 
 
-def parse(records: DataFrame, day: date) -> DataFrame:
-    rows = explode_children(records, day, TOPIC, "subscriptions", SUBSCRIPTION, "subscription", verbatim=("publishers",))
+def parse(records: DataFrame, day: date, duplicates: bool = True) -> DataFrame:
+    rows = explode_children(records, day, TOPIC, "subscriptions", SUBSCRIPTION, "subscription", verbatim=("publishers",), duplicates=duplicates)
     ts, ss = F.col("_ts"), F.col("_cs")
     return rows.select(
         F.lit(day).alias("day"),
@@ -89,4 +89,5 @@ def parse(records: DataFrame, day: date) -> DataFrame:
         "ingested_at",
         "raw",
         "problem",
+        ENVELOPE,
     )
