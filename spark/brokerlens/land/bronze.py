@@ -68,30 +68,36 @@ def land_kind(spark: SparkSession, parser, day: date, settings: LandStepSettings
         # alternating, 7 runs each). The day's partition is still replaced, by no rows.
         good = empty_frame(parser.TABLE, spark)
         return LandedKind(good, bad, good, 0)
-    not_landed = 0
-    if parser.WHOLE_FILE:
-        records = read_whole(spark, files.read)
-    else:
-        lines = read_lines(spark, files.read)
-        # The samples of other /metrics families are dropped before anything is parsed.
-        records, not_landed = metrics.landed_records(lines, settings.land) if parser is metrics else (lines.records, 0)
-        # Whole files are judged for duplicates per envelope, inside.
-        records = mark_duplicates(records, within_file=getattr(parser, "DUPLICATES_WITHIN_FILE", False))
     # Parsed once, used twice (bronze and quarantine), kept on local disk: every kind's parsed
     # rows (whole Pulsar JSON documents) stay until the quarantine is written, and cached in the
     # heap they ran a 2 GB driver out of memory on 726 MB of a 2,000-partition day.
     if parser.WHOLE_FILE:
-        # Envelopes are judged copies of others only when two hold the same text (has_copies).
-        parsed = parser.parse(records, day, duplicates=False).persist(StorageLevel.DISK_ONLY)
-        if has_copies(parsed):
-            parsed.unpersist()
-            parsed = parser.parse(records, day).persist(StorageLevel.DISK_ONLY)
+        parsed, not_landed = _parsed_envelopes(parser, read_whole(spark, files.read), day), 0
     else:
+        lines = read_lines(spark, files.read)
+        # The samples of other /metrics families are dropped before anything is parsed.
+        records, not_landed = metrics.landed_records(lines, settings.land) if parser is metrics else (lines.records, 0)
+        records = mark_duplicates(records, within_file=getattr(parser, "DUPLICATES_WITHIN_FILE", False))
         parsed = parser.parse(records, day).persist(StorageLevel.DISK_ONLY)
     schema = table_schema(parser.TABLE)
     good = parsed.where(F.col("problem").isNull()).select(*schema.column_names)
     bad = quarantine_frame(parsed.where(F.col("problem").isNotNull()), day, parser.KIND).unionByName(bad)
     return LandedKind(good, bad, parsed, not_landed)
+
+
+def _parsed_envelopes(parser, records: DataFrame, day: date) -> DataFrame:
+    """A stats kind's rows, persisted. Its envelopes are judged copies of others only when two
+    hold the same text (:func:`has_copies`): then they are parsed again, with the check."""
+    parsed = parser.parse(records, day, duplicates=False).persist(StorageLevel.DISK_ONLY)
+    try:
+        copies = has_copies(parsed)
+    except BaseException:
+        parsed.unpersist()
+        raise
+    if not copies:
+        return parsed
+    parsed.unpersist()
+    return parser.parse(records, day).persist(StorageLevel.DISK_ONLY)
 
 
 def not_read_frame(spark: SparkSession, not_read: list[NotRead], day: date, kind: str) -> DataFrame:
