@@ -56,11 +56,14 @@ def read_whole(spark: SparkSession, paths: list[Path]) -> DataFrame:
 
 @dataclass(frozen=True)
 class Lines:
-    """The records of :func:`read_lines`, and how many there are (its non-blank lines), counted
-    while the lines were numbered, not by another pass over the files."""
+    """The records of :func:`read_lines`, and the file blocks their line numbers came from."""
 
     records: DataFrame
-    count: int
+    blocks: DataFrame  # kept: a row per file block, with its non-blank lines (``records``)
+
+    def count(self) -> int:
+        """How many records (non-blank lines), summed over the kept blocks: no pass over the files."""
+        return self.blocks.agg(F.sum("records")).first()[0] or 0
 
 
 def read_lines(spark: SparkSession, paths: list[Path]) -> Lines:
@@ -70,10 +73,10 @@ def read_lines(spark: SparkSession, paths: list[Path]) -> Lines:
     within its block plus the lines of the file's earlier blocks. Within a block the row ids of
     ``monotonically_increasing_id`` are consecutive, so no per-row loop or single-task read is
     needed however big the file. The blocks (a row each) are counted first and kept, so that
-    the records' count needs no pass of its own.
+    the records' count (:meth:`Lines.count`) needs no pass of its own.
     """
     if not paths:
-        return Lines(spark.createDataFrame([], RECORD_SCHEMA), 0)
+        return Lines(spark.createDataFrame([], RECORD_SCHEMA), spark.createDataFrame([], "records bigint"))
     df = spark.read.text([str(p) for p in paths]).select(
         _without_bom(F.col("value")).alias("raw"),
         F.col("_metadata.file_path").alias("path"),
@@ -92,4 +95,4 @@ def read_lines(spark: SparkSession, paths: list[Path]) -> Lines:
         "raw",
         "ingested_at",
     )
-    return Lines(records, blocks.agg(F.sum("records")).first()[0] or 0)
+    return Lines(records, blocks)

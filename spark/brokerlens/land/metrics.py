@@ -110,7 +110,7 @@ def landed_records(lines: Lines, settings: LandSettings) -> tuple[DataFrame, int
     if landed is None:
         return lines.records, 0
     kept = lines.records.where(landed).localCheckpoint(storageLevel=StorageLevel.DISK_ONLY)
-    return kept, lines.count - kept.count()
+    return kept, lines.count() - kept.count()
 
 
 def _problem(reason: str, detail: F.Column) -> F.Column:
