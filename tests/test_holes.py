@@ -29,6 +29,7 @@ def test_ranges_seed_example_ledgers_empty_and_malformed(spark, settings):
     ledgers = {3: 10, 4: 8, 5: 7, 6: 4}
     malformed = {
         "m-missing-comma": "[(1:4..1:6] (1:7..1:8]]",
+        "m-comma-moved": "[(1:4..1:6](1:7..1:8],,(1:9..1:10]]",
         "m-truncated": "[(1:4..1:6], (1:7..",
         "m-reversed": "[(1:6..1:4]]",
         "m-overlapping": "[(1:4..1:8], (1:6..1:9]]",

@@ -27,16 +27,17 @@ def parse_ranges(snapshots: DataFrame) -> DataFrame:
     """Per snapshot: the range string split into an array, and whether its outline is well formed.
 
     Well formed: ``[`` + ranges separated by commas + ``]`` (whitespace ignored). Checked without a
-    backtracking pattern over the whole string: remove every range, and what remains must be
-    exactly ``[`` + (n - 1) commas + ``]``.
+    backtracking pattern over the whole string: the string must be exactly ``[``, the ranges
+    found in it joined by commas, and ``]``. (Counting the commas left once the ranges are removed
+    would pass ``[(1:1..1:2](1:3..1:4],,(1:5..1:6]]``.)
     """
+    # Java's \s is these six characters: deleted one by one, not by a pattern.
+    text = F.translate(F.col("individually_deleted_messages"), " \t\n\u000b\f\r", "")
     # Pulsar before 2.x printed ranges with the two-dot leader U+2025 and a trailing ", ]".
-    text = F.regexp_replace(F.col("individually_deleted_messages"), r"\s+", "")
-    text = F.regexp_replace(F.regexp_replace(text, "\u2025", ".."), r",\]$", "]")
+    text = F.regexp_replace(F.replace(text, F.lit("\u2025"), F.lit("..")), r",\]$", "]")
     matches = F.regexp_extract_all(text, F.lit(RANGE), 0)
-    rest = F.regexp_replace(text, RANGE, "")
-    expected = F.concat(F.lit("["), F.repeat(F.lit(","), F.greatest(F.size(matches) - 1, F.lit(0))), F.lit("]"))
-    return snapshots.withColumn("range_list", matches).withColumn("outline_ok", rest == expected)
+    outline_ok = text == F.concat(F.lit("["), F.array_join(matches, ","), F.lit("]"))
+    return snapshots.withColumn("range_list", matches).withColumn("outline_ok", outline_ok)
 
 
 def _range_entries(lower_ledger: Column, lower_entry: Column, upper_ledger: Column, upper_entry: Column) -> Column:
