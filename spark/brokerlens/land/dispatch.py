@@ -16,8 +16,8 @@ from .checks import (
     first_problem,
     malformed_json,
     map_object,
-    parse_object,
     typed_columns,
+    with_object,
 )
 
 KIND = "dispatch"
@@ -45,8 +45,7 @@ FIELDS = (
 
 
 def parse(records: DataFrame, day: date) -> DataFrame:
-    keys, typed = parse_object(F.col("raw"), FIELDS)
-    parsed = records.select("*", keys.alias("_keys"), typed.alias("_t"))
+    parsed = with_object(records, F.col("raw"), FIELDS, "_keys", "_t")
     k, t = F.col("_keys"), F.col("_t")
     level = t["level"]
     # The scope a level names must be there: topic from topic level down, subscription at

@@ -45,7 +45,7 @@ from .checks import (
     first_problem,
     malformed_json,
     map_object,
-    parse_object,
+    with_object,
 )
 from .files import Lines
 
@@ -228,8 +228,7 @@ def _lines(records: DataFrame, day: date) -> DataFrame:
     )
     # Header `# brokerlens: {...}`: only a file's first one counts (:func:`_files`).
     header_text = F.regexp_extract(raw, _HEADER, 1)
-    keys, typed = parse_object(header_text, HEADER)
-    lines = lines.withColumns({"_k": F.when(c == "header", keys), "_t": F.when(c == "header", typed)})
+    lines = with_object(lines, header_text, HEADER, "_k", "_t", applies=c == "header")
     header_problem = first_problem(
         [*malformed_json(header_text, F.col("_k"), "header: "), *field_problems(map_object(F.col("_k"), F.col("_t")), HEADER, day, "header ")]
     )

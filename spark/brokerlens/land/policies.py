@@ -30,7 +30,7 @@ from .checks import (
     first_problem,
     malformed_json,
     map_object,
-    parse_object,
+    with_object,
 )
 
 KIND = "policies"
@@ -82,11 +82,10 @@ def namespace_of(topic: F.Column) -> F.Column:
 
 
 def parse(records: DataFrame, day: date) -> DataFrame:
-    keys, typed = parse_object(F.col("raw"), FIELDS)
-    parsed = records.select("*", keys.alias("_keys"), typed.alias("_t"))
+    parsed = with_object(records, F.col("raw"), FIELDS, "_keys", "_t")
     k, t = F.col("_keys"), F.col("_t")
     policy_text = k["policy"]
-    rate_keys, rate = parse_object(policy_text, DISPATCH_RATE)
+    parsed = with_object(parsed, policy_text, DISPATCH_RATE, "_rate_keys", "_rate")
     lines = F.filter(F.split(policy_text, r"\r?\n"), lambda line: F.trim(line) != "")
     names = F.transform(lines, lambda line: F.regexp_extract(line, CONFIG_LINE, 1))
     text_lines = ~F.ltrim(policy_text).startswith("{") & (F.size(lines) > 0)
@@ -96,7 +95,7 @@ def parse(records: DataFrame, day: date) -> DataFrame:
         text_lines & bad_line.isNull() & ~repeated,
         F.map_from_arrays(names, F.transform(lines, lambda line: F.regexp_extract(line, CONFIG_LINE, 2))),
     ).otherwise(F.from_json(policy_text, "map<string,string>"))
-    parsed = parsed.withColumns({"_rate_keys": rate_keys, "_rate": rate, "_config": config})
+    parsed = parsed.withColumn("_config", config)
     kind = t["kind"]
     is_broker = kind == BROKER_CONFIG
     _, end = day_bounds(day)

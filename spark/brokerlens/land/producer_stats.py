@@ -8,7 +8,7 @@ from datetime import date
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from .checks import Field, duplicate_problem, field_problems, first_problem, malformed_json, map_object, parse_object
+from .checks import Field, duplicate_problem, field_problems, first_problem, malformed_json, map_object, with_object
 
 KIND = "producer-stats"
 TABLE = "bronze_producer_stats"
@@ -67,13 +67,11 @@ CLIENT = (Field("memoryLimitBytes", "bigint", counter=True),)
 
 
 def parse(records: DataFrame, day: date) -> DataFrame:
-    keys, typed = parse_object(F.col("raw"), FIELDS)
-    parsed = records.select("*", keys.alias("_keys"), typed.alias("_t"))
+    parsed = with_object(records, F.col("raw"), FIELDS, "_keys", "_t")
     k, t = F.col("_keys"), F.col("_t")
-    stats_keys, stats = parse_object(k["stats"], STATS)
-    config_keys, config = parse_object(k["config"], CONFIG)
-    client_keys, client = parse_object(k["client"], CLIENT)
-    parsed = parsed.withColumns({"_sk": stats_keys, "_s": stats, "_ck": config_keys, "_c": config, "_lk": client_keys, "_l": client})
+    parsed = with_object(parsed, k["stats"], STATS, "_sk", "_s")
+    parsed = with_object(parsed, k["config"], CONFIG, "_ck", "_c")
+    parsed = with_object(parsed, k["client"], CLIENT, "_lk", "_l")
     s = F.col("_s")
     problems = [
         *malformed_json(F.col("raw"), k),
