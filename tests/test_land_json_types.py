@@ -125,3 +125,46 @@ def landed(spark, parser, settings) -> tuple[dict, set]:
         return rows, {(r["detail"], r["reason"]) for r in bad.collect()}
     finally:
         parsed.unpersist()
+
+
+# Two topics whose stats differ only in how their numbers are written (as Pulsar writes them, and
+# as a re-serialising tool might); then the cases a typed JSON reader would take and a strict one
+# must not: a key given twice (from_json keeps the last value), a negative counter and an unknown
+# subscription type in otherwise clean stats, and partitioned stats.
+WRITTEN_TWO_WAYS = {
+    "persistent://t/n/ta": '{"msgInCounter": 7, "msgRateIn": 1.5, "subscriptions": {"s": {"msgOutCounter": 5, "type": "Shared", "consumers": [{}]}}}',
+    "persistent://t/n/va": '{"msgInCounter": "7", "msgRateIn": 1.5, "subscriptions": {"s": {"msgOutCounter": 5.0, "type": "Shared", "consumers": [{}]}}}',
+}
+CLEAN_LOOKING = [
+    *(f'{{"collected_at": "2026-11-21T10:00:00Z", "cluster": "c1", "topic": "{topic}", "stats": {stats}}}' for topic, stats in WRITTEN_TWO_WAYS.items()),
+    '{"collected_at": "2026-11-21T10:00:00Z", "cluster": "c1", "topic": "persistent://t/n/tb", '
+    '"stats": {"subscriptions": {"s": {"msgOutCounter": 1, "msgOutCounter": 2}}}}',
+    json.dumps(envelope("persistent://t/n/tc", {"subscriptions": {"s": {**SUB, "msgOutCounter": -1}, "k": {**SUB, "type": "Weird"}}})),
+    json.dumps(
+        envelope(
+            "persistent://t/n/tp", {"partitions": {f"persistent://t/n/tp-partition-{p}": {"msgInCounter": p, "subscriptions": {"s": SUB}} for p in (0, 1)}}
+        )
+    ),
+]
+
+
+@pytest.mark.slow
+def test_clean_looking_stats_are_judged_strictly(spark, settings):
+    folder = settings.landing / DAY.isoformat() / "topic-stats"
+    folder.mkdir(parents=True)
+    (folder / "clean.json").write_text("[" + ",".join(CLEAN_LOOKING) + "]")
+
+    rows, problems = landed(spark, topic_stats, settings)
+    assert problems == {
+        ("record 3: not valid JSON", "malformed-json"),
+        ("persistent://t/n/tc subscription s: msgOutCounter is negative: -1", "negative-counter"),
+        ("persistent://t/n/tc subscription k: type {Weird} is not one of Exclusive, Shared, Failover, Key_Shared, None", "unknown-enum"),
+    }
+    plain, rewritten = rows["persistent://t/n/ta", "s"], rows["persistent://t/n/va", "s"]
+    differ = {"topic", "subscription_json"}  # the verbatim text keeps 5.0 as written
+    assert {k: v for k, v in plain.items() if k not in differ} == {k: v for k, v in rewritten.items() if k not in differ}
+    assert (plain["topic_msg_in_counter"], plain["msg_out_counter"], plain["subscription_type"], plain["consumers"]) == (7, 5, "Shared", 1)
+    assert rewritten["subscription_json"] == '{"msgOutCounter":5.0,"type":"Shared","consumers":[{}]}'
+    assert [rows[f"persistent://t/n/tp-partition-{p}", "s"]["topic_msg_in_counter"] for p in (0, 1)] == [0, 1]
+    assert [rows[f"persistent://t/n/tp-partition-{p}", "s"]["partitioned_topic"] for p in (0, 1)] == ["persistent://t/n/tp"] * 2
+    assert len(rows) == 4  # ta, va, tp-partition-0 and -1
