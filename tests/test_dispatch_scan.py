@@ -1,16 +1,22 @@
 """DispatchScan.java, gold dispatch's one pass over each scope's rows, on its own: every output
 column of a hand-worked day (seed 002's arithmetic: quota 10 a period, an opening debt of 5),
 two scopes in one partition, the lookahead past cursor snapshots, and a clear error on a missing
-column. The recursion against a sequential reference is test_dispatch's property test."""
+column; and the SQL table function that runs it (DispatchScanExtension.scala): the planner's own
+shuffle and sort under it, and its usage on a wrong call. The recursion against a sequential
+reference is test_dispatch's property test."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
-from pyspark.errors import IllegalArgumentException
+from pyspark.errors import AnalysisException, IllegalArgumentException
 from pyspark.sql import types as T
 
 from brokerlens.gold.dispatch.cursors import CAUGHT_UP, CURSOR_SOURCE
 from brokerlens.gold.dispatch.periods import scan
+from brokerlens.gold.dispatch.scopes import SCOPE
+from brokerlens.platform.jvm import executed_plan
 
 S = 1_000_000
 COLUMNS = [
@@ -73,3 +79,31 @@ def test_a_missing_column_is_named(spark):
     frame = spark.createDataFrame([row("s1", 0, "record", 1)], SCHEMA).drop("_seg_msgs")
     with pytest.raises(IllegalArgumentException, match="DispatchScan: no column _seg_msgs"):
         scan(frame)
+
+
+def test_the_scan_is_a_table_function_the_planner_feeds(spark):
+    rows = spark.createDataFrame([row("s1", 0, "record", 12), row("s1", 0, "debt", 5), row("s2", 0, "record", 3)], SCHEMA)
+    rows.createOrReplaceTempView("scan_rows")
+    try:
+        query = f"""SELECT subscription, t0_us, counted_msgs, _x_in_msgs, _x_out_msgs
+            FROM brokerlens_dispatch_scan(TABLE(scan_rows), '{",".join(SCOPE)}', '{CAUGHT_UP}', '{CURSOR_SOURCE}')"""
+        frame = spark.sql(query)
+        got = sorted(tuple(r) for r in frame.collect())
+        plan = executed_plan(frame)
+    finally:
+        spark.catalog.dropTempView("scan_rows")
+    # s1: the opening debt of 5, then 12 on a quota of 10 with 5 owed: 7 carried
+    assert got == [("s1", 0, 5, 0, 5), ("s1", 0, 12, 5, 7), ("s2", 0, 3, 0, 0)]
+    # Spark's own exchange on the scope and sort under the scan, planned adaptively.
+    assert re.search(r"^\W*(\*\(\d+\) )?DispatchScan \[level, cluster, broker, topic, subscription\]", plan, re.M), plan
+    assert "AdaptiveSparkPlan isFinalPlan=true" in plan
+    assert "Exchange hashpartitioning(level" in plan and "Sort [level" in plan
+
+
+def test_a_wrong_call_gets_the_usage(spark):
+    spark.createDataFrame([row("s1", 0, "record", 1)], SCHEMA).createOrReplaceTempView("scan_rows")
+    try:
+        with pytest.raises((AnalysisException, IllegalArgumentException), match=r"brokerlens_dispatch_scan\(TABLE\(rows\), 'scope columns"):
+            spark.sql("SELECT * FROM brokerlens_dispatch_scan(TABLE(scan_rows), 'level')")
+    finally:
+        spark.catalog.dropTempView("scan_rows")

@@ -67,9 +67,9 @@ def ratio(a: dict, b: dict) -> float:
 
 
 # Candidate settings for dispatch_periods, measured on the same input (suggestions for the
-# settings' defaults). The scan's shuffle (DispatchScan.java) is planned without adaptive
-# execution, so it keeps spark.sql.shuffle.partitions (brokerlens' default 8) where adaptive
-# execution would coalesce them: one partition per core is the candidate.
+# settings' defaults). The scan's shuffle (DispatchScanExtension.scala) starts from
+# spark.sql.shuffle.partitions (brokerlens' default 8), which adaptive execution may coalesce:
+# one partition per core is the candidate.
 VARIANTS: dict[str, dict[str, str]] = {
     "dispatch_periods[shuffle_partitions=2]": {"spark.sql.shuffle.partitions": "2"},
 }

@@ -193,8 +193,8 @@ def spark_dispatch(spark, inputs: dict, opening: str, out: Path | None) -> int:
 
 
 def plan_summary(frame) -> dict[str, int]:
-    """Counts in the physical plan: shuffles, sorts, windows, Python UDF operators. The plan
-    under dispatch's scan is in it: the scan's RDD is named by it (DispatchScan.java)."""
+    """Counts in the physical plan: shuffles, sorts, windows, Python UDF operators (dispatch's
+    scan is an operator of the plan, DispatchScanExtension.scala)."""
     tree = executed_plan(frame)
     # One operator a line: tree glyphs, an optional whole-stage codegen id, then its name.
     operators = [m.group(1) for line in tree.splitlines() if (m := re.match(r"[\s:|+\-]*(?:\*\(\d+\)\s*)?(\w+)", line))]

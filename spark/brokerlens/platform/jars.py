@@ -10,8 +10,9 @@ files on ``spark.jars`` with no resolution and no network. Delta's optional Kern
 Catalog clients (and their Hadoop, Parquet and Jackson copies, 80 MB that Spark already ships)
 are excluded: Delta's Spark connector does not need them for path-based tables.
 
-brokerlens' own classes (``JVM_SOURCES``: gold dispatch's one-pass scan) are compiled by ``javac``
-against this pyspark's JARs into ``<cache>/brokerlens-jvm-<hash>.jar``, the hash naming the sources
+brokerlens' own classes (``JVM_SOURCES``: gold dispatch's one-pass scan and the Spark SQL extension
+that makes it a table function) are compiled by ``javac`` and by the Scala compiler pyspark ships,
+against this pyspark's JARs, into ``<cache>/brokerlens-jvm-<hash>.jar``, the hash naming the sources
 and the Spark version, so a changed source or Spark builds a new JAR and never uses a stale one.
 
 ``python -m brokerlens.platform.jars`` fetches and builds them (``infra/bootstrap.sh`` runs it) and
@@ -48,7 +49,10 @@ _IVY_REASONS = ("unresolved dependency", "not found", "Connection refused", "Unk
 
 # brokerlens' own JVM classes: (package holding the source, file), each kept beside the Python
 # code that calls it.
-JVM_SOURCES = (("brokerlens.gold.dispatch", "DispatchScan.java"),)
+JVM_SOURCES = (("brokerlens.gold.dispatch", "DispatchScan.java"), ("brokerlens.gold.dispatch", "DispatchScanExtension.scala"))
+# The Spark SQL extension in them (``spark.sql.extensions``): gold dispatch's scan as a table function.
+SQL_EXTENSION = "brokerlens.jvm.DispatchScanExtension"
+DISPATCH_SCAN_FUNCTION = "brokerlens_dispatch_scan"
 JAVA_RELEASE = "17"
 
 
@@ -153,9 +157,8 @@ def jvm_jar(folder: Path | None = None) -> Path:
     path = (folder or cache_dir()) / f"brokerlens-jvm-{digest.hexdigest()[:16]}.jar"
     if path.is_file():
         return path
-    java_home = os.environ.get("JAVA_HOME")
-    javac = shutil.which("javac", path=f"{java_home}/bin" if java_home else None) or shutil.which("javac")
-    if javac is None:
+    javac, java = _jdk_tool("javac"), _jdk_tool("java")
+    if javac is None or java is None:
         raise JarsError(
             "javac was not found: brokerlens compiles its dispatch scan against Spark's JARs once and "
             "needs a JDK 17 for it (apt-get install openjdk-17-jdk-headless, or set JAVA_HOME)"
@@ -166,11 +169,13 @@ def jvm_jar(folder: Path | None = None) -> Path:
         src.mkdir()
         for name, text in sources.items():
             (src / name).write_bytes(text)
-        classpath = str(Path(pyspark.__file__).parent / "jars" / "*")
-        command = [javac, "--release", JAVA_RELEASE, "-nowarn", "-cp", classpath, "-d", str(classes), *[str(src / name) for name in sources]]
-        proc = subprocess.run(command, capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise JarsError(f"javac could not compile {', '.join(sources)}: {(proc.stdout + proc.stderr).strip()}")
+        spark_jars = str(Path(pyspark.__file__).parent / "jars" / "*")
+        java_files = [str(src / name) for name in sources if name.endswith(".java")]
+        scala_files = [str(src / name) for name in sources if name.endswith(".scala")]
+        # The Java first: the Scala classes use them. scalac is the one in pyspark's JARs.
+        _compile([javac, "--release", JAVA_RELEASE, "-nowarn", "-cp", spark_jars, "-d", str(classes), *java_files], sources)
+        scalac = [java, "-cp", spark_jars, "scala.tools.nsc.Main", "-usejavacp", "-release", JAVA_RELEASE, "-nowarn"]
+        _compile([*scalac, "-classpath", str(classes), "-d", str(classes), *scala_files], sources)
         partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
         with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as jar:
             for cls in sorted(classes.rglob("*.class")):
@@ -178,6 +183,17 @@ def jvm_jar(folder: Path | None = None) -> Path:
         os.replace(partial, path)  # whole or not at all: the JAR appears only when complete
     print(f"brokerlens: compiled {', '.join(sources)} into {path}", file=sys.stderr)
     return path
+
+
+def _jdk_tool(name: str) -> str | None:
+    java_home = os.environ.get("JAVA_HOME")
+    return shutil.which(name, path=f"{java_home}/bin" if java_home else None) or shutil.which(name)
+
+
+def _compile(command: list[str], sources: dict[str, bytes]) -> None:
+    proc = subprocess.run(command, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise JarsError(f"could not compile {', '.join(sources)}: {(proc.stdout + proc.stderr).strip()}")
 
 
 def main() -> None:

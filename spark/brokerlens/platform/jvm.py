@@ -3,8 +3,9 @@
 
 Everything else in brokerlens speaks the DataFrame and SQL API only, which a Spark Connect
 client also has; what is here is what that API cannot do yet: read the Delta log's commit files
-and a table's data files through Hadoop's FileSystem (so on any storage the lake is on), run
-gold dispatch's scan (``DispatchScan.java``), and a stage server's job groups.
+and a table's data files through Hadoop's FileSystem (so on any storage the lake is on), and a
+stage server's job groups. (Gold dispatch's scan is a SQL table function, registered by
+``spark.sql.extensions``: see ``DispatchScanExtension.scala``.)
 """
 
 from __future__ import annotations
@@ -56,13 +57,6 @@ def walk_files(spark: SparkSession, root: str) -> Iterator[str]:
     listing = fs.listFiles(path, True)
     while listing.hasNext():
         yield listing.next().getPath().toString()
-
-
-def dispatch_scan(rows: DataFrame, scope: list[str], caught_up: str, cursor_source: str) -> DataFrame:
-    """``rows`` through ``brokerlens.jvm.DispatchScan.scan`` (gold/dispatch/periods.py)."""
-    spark = rows.sparkSession
-    scanned = spark.sparkContext._jvm.brokerlens.jvm.DispatchScan.scan(rows._jdf, scope, caught_up, cursor_source)
-    return DataFrame(scanned, spark)
 
 
 def executed_plan(frame: DataFrame) -> str:

@@ -27,7 +27,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.util import inheritable_thread_target
 
 from . import jvm
-from .jars import cache_dir, session_jars
+from .jars import SQL_EXTENSION, cache_dir, session_jars
 from .settings import PlatformSettings
 
 # A day is a UTC day, and Spark turns timestamps to text (date_format, casts, day boundaries
@@ -46,7 +46,8 @@ SQL_CONF = {
     "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
     "spark.sql.parquet.compression.codec": "zstd",
     "spark.sql.adaptive.enabled": "true",
-    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    # Delta Lake's SQL, and brokerlens' own: gold dispatch's scan as a table function.
+    "spark.sql.extensions": f"io.delta.sql.DeltaSparkSessionExtension,{SQL_EXTENSION}",
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
     # Delta keeps a table's state (one row per data file) in this many partitions (default 50),
     # and every query over a table runs a job over it to find the files to read: a build of gold
@@ -230,7 +231,7 @@ def _check_jars(spark: SparkSession) -> None:
             "--jars $(python -m brokerlens.platform.jars | paste -sd,) (or --packages "
             "io.delta:delta-spark_<spark>_2.13:<version>, see README 'Tables and storage')"
         )
-    if not jvm.has_class(spark, "brokerlens.jvm.DispatchScan"):
+    if not jvm.has_class(spark, SQL_EXTENSION):
         raise JarsMissing(
             "Spark has no brokerlens JAR on its classpath (gold dispatch's scan): pass it to "
             "spark-submit with the others, --jars $(python -m brokerlens.platform.jars | paste -sd,)"

@@ -1,20 +1,15 @@
 package brokerlens.jvm;
 
+import java.io.Serializable;
 import java.util.ArrayDeque;
 import java.util.ArrayList;
 import java.util.Iterator;
 import java.util.List;
 import java.util.NoSuchElementException;
 
-import org.apache.spark.api.java.function.FlatMapFunction;
-import org.apache.spark.rdd.RDD;
-import org.apache.spark.sql.Column;
-import org.apache.spark.sql.Dataset;
-import org.apache.spark.sql.Row;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.catalyst.expressions.GenericInternalRow;
 import org.apache.spark.sql.catalyst.expressions.JoinedRow;
-import org.apache.spark.sql.classic.SparkSession;
 import org.apache.spark.sql.types.DataType;
 import org.apache.spark.sql.types.DataTypes;
 import org.apache.spark.sql.types.StructType;
@@ -26,7 +21,7 @@ import org.apache.spark.unsafe.types.UTF8String;
  * delivered sums, the running minimum of the recursion's floor), each buffering a scope's whole day
  * and copying every row; this streams the sorted rows once and keeps a few longs per scope.
  *
- * <p>Input: the columns {@code scan} names below; output: the input columns followed by
+ * <p>Input: the columns {@code Layout} names below; output: the input columns followed by
  * {@code _cursor_last} (the latest cursor state at or before the row), {@code counted_msgs},
  * {@code counted_bytes}, {@code _x_in_msgs}, {@code _x_out_msgs}, {@code _x_in_bytes},
  * {@code _x_out_bytes} (the recursion's state before and after the row, null without a limit),
@@ -45,7 +40,6 @@ public final class DispatchScan {
     {"_unit_msgs", "msg_limit", "_q0_msgs", "_q1_msgs", "_seg_msgs"},
     {"bytes", "byte_limit", "_q0_bytes", "_q1_bytes", "_seg_bytes"},
   };
-  public static final String PLAN_NAME = "DispatchScan over\n";
   static final String[] OUTPUTS = {
     "_cursor_last", "counted_msgs", "counted_bytes",
     "_x_in_msgs", "_x_out_msgs", "_x_in_bytes", "_x_out_bytes", "_next_t0_us",
@@ -53,53 +47,26 @@ public final class DispatchScan {
   };
 
   /**
-   * The scan over {@code rows}, each scope's rows (the {@code scope} columns, strings) in
-   * (t0_us, is_record) order: the opening debt
-   * and cursor snapshots before the records that start with them. {@code caughtUp} is the cursor
-   * state whose records are not charged unless throttle_non_backlog (AbstractBaseDispatcher);
-   * {@code cursorSource} the {@code source} of the cursor snapshot rows, which carry their state
-   * in {@code _cursor_state}.
+   * The input's column positions, checked: the scope columns (strings), then those named above.
+   * {@code caughtUp} is the cursor state whose records are not charged unless
+   * throttle_non_backlog (AbstractBaseDispatcher); {@code cursorSource} the {@code source} of the
+   * cursor snapshot rows, which carry their state in {@code _cursor_state}.
    */
-  public static Dataset<Row> scan(
-      Dataset<Row> rows, List<String> scope, String caughtUp, String cursorSource) {
-    List<Column> keys = new ArrayList<>();
-    for (String c : scope) keys.add(rows.col(c));
-    List<Column> order = new ArrayList<>(keys);
-    order.add(rows.col("t0_us"));
-    order.add(rows.col("is_record"));
-    Dataset<Row> sorted =
-        rows.repartition(keys.toArray(new Column[0])).sortWithinPartitions(order.toArray(new Column[0]));
-    StructType in = sorted.schema();
-    Layout layout = new Layout(in, scope, caughtUp, cursorSource);
-    StructType out = in;
-    out = out.add(OUTPUTS[0], DataTypes.StringType);
-    for (int i = 1; i < OUTPUTS.length; i++) out = out.add(OUTPUTS[i], DataTypes.LongType);
-
-    SparkSession spark = (SparkSession) sorted.sparkSession();
-    org.apache.spark.sql.execution.QueryExecution planned =
-        ((org.apache.spark.sql.classic.Dataset<Row>) sorted).queryExecution();
-    RDD<InternalRow> input;
-    // An adaptive plan runs its shuffle stages as soon as it is turned into an RDD; a plain one
-    // leaves the shuffle to the job that asks for the rows (the frame's write).
-    // (Locked: two scans planned at once must not restore each other's setting.)
-    synchronized (DispatchScan.class) {
-      String adaptive = spark.conf().get("spark.sql.adaptive.enabled");
-      spark.conf().set("spark.sql.adaptive.enabled", "false");
-      try {
-        input = planned.toRdd();
-      } finally {
-        spark.conf().set("spark.sql.adaptive.enabled", adaptive);
-      }
-    }
-    RDD<InternalRow> scanned = input.toJavaRDD().mapPartitions(layout).rdd();
-    // The frame's plan shows the scan as an existing RDD; its name keeps the plan it scans (the
-    // Spark UI and `make bench`'s plan counts read it).
-    scanned.setName(PLAN_NAME + planned.executedPlan().treeString());
-    return spark.internalCreateDataFrame(scanned, out, false);
+  public static Layout layout(StructType in, List<String> scope, String caughtUp, String cursorSource) {
+    return new Layout(in, scope, caughtUp, cursorSource);
   }
 
-  /** Column positions and the per-partition scan (serialised to the executors). */
-  static final class Layout implements FlatMapFunction<Iterator<InternalRow>, InternalRow> {
+  /**
+   * One partition's output: its rows, each scope's in (t0_us, is_record) order (the opening debt
+   * and cursor snapshots before the records that start with them), each followed by the columns
+   * of {@code OUTPUTS}.
+   */
+  public static Iterator<InternalRow> scan(Layout layout, Iterator<InternalRow> rows) {
+    return new Scan(layout, rows);
+  }
+
+  /** Column positions (serialised to the executors). */
+  public static final class Layout implements Serializable {
     private static final long serialVersionUID = 1L;
     final int[] scope;
     final int t0, isRecord, source, cursorState, throttleNonBacklog;
@@ -138,11 +105,6 @@ public final class DispatchScan {
         }
       }
       throw new IllegalArgumentException("DispatchScan: no column " + name + " in " + in.simpleString());
-    }
-
-    @Override
-    public Iterator<InternalRow> call(Iterator<InternalRow> rows) {
-      return new Scan(this, rows);
     }
   }
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from brokerlens.platform import jvm
+from brokerlens.platform.jars import DISPATCH_SCAN_FUNCTION
 
 from .cursors import (
     CAUGHT_UP,
@@ -248,9 +248,11 @@ def scan(rows: DataFrame) -> DataFrame:
     """``rows`` through DispatchScan.java (see there for its columns): each scope's rows in
     ``(t0_us, is_record)`` order, in one pass. Spark SQL needs three window operators for this
     (the cursor state, then the running counted sums, then the running minimum of the
-    recursion's floor), each holding a scope's day; the scan keeps a few numbers per scope.
-    ``platform.spark`` checks at session start that the class is on the classpath."""
-    return jvm.dispatch_scan(rows, SCOPE, CAUGHT_UP, CURSOR_SOURCE)
+    recursion's floor), each holding a scope's day; the scan keeps a few numbers per scope. It is
+    a table function of brokerlens' SQL extension (DispatchScanExtension.scala), so a Spark
+    Connect session reaches it too; the planner brings each scope's rows together, sorted."""
+    arguments = ", ".join(f"'{value}'" for value in (",".join(SCOPE), CAUGHT_UP, CURSOR_SOURCE))
+    return rows.sparkSession.sql(f"SELECT * FROM {DISPATCH_SCAN_FUNCTION}(TABLE({{rows}}), {arguments})", rows=rows)
 
 
 def _over_causes(rows: DataFrame) -> DataFrame:
