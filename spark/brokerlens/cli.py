@@ -258,6 +258,18 @@ def serve(
     raise typer.Exit(serve_stages(main, address_file, port, warm_up))
 
 
+@app.command("connect-server")
+def connect_server(
+    port: Annotated[int | None, typer.Option(help="Port (default: settings spark.connect_port, 15002).")] = None,
+) -> None:
+    """Run a Spark Connect server with brokerlens' JARs and settings in the foreground (its pid
+    is this command's); stages reach it with BROKERLENS_SPARK__REMOTE=sc://host:port."""
+    from brokerlens.platform.connect_server import exec_server
+    from brokerlens.settings import get_settings
+
+    exec_server(get_settings(), port)
+
+
 @app.command("vacuum")
 def vacuum_cmd(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="List what would be deleted.")] = False,

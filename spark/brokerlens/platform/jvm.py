@@ -2,15 +2,14 @@
 ``_jsc``, ``_jdf``), as Delta's own Python API keeps py4j in one file.
 
 Everything else in brokerlens speaks the DataFrame and SQL API only, which a Spark Connect
-client also has; what is here is what that API cannot do yet: read the Delta log's commit files
-and a table's data files through Hadoop's FileSystem (so on any storage the lake is on), and a
-stage server's job groups. (Gold dispatch's scan is a SQL table function, registered by
+client also has; what is here is what only a classic session's driver has: its JVM's classes,
+memory and log level, and a stage server's job groups. (Gold dispatch's scan is a SQL table function, registered by
 ``spark.sql.extensions``: see ``DispatchScanExtension.scala``.)
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 from py4j.java_gateway import JavaClass
 from pyspark.sql import DataFrame, SparkSession
@@ -27,36 +26,6 @@ def has_class(spark: SparkSession, name: str) -> bool:
 
 def set_log_level(spark: SparkSession, level: str) -> None:
     spark.sparkContext.setLogLevel(level)
-
-
-def _filesystem(spark: SparkSession, path: str):
-    jvm = spark.sparkContext._jvm
-    hadoop_path = jvm.org.apache.hadoop.fs.Path(path)
-    return hadoop_path, hadoop_path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
-
-
-def list_names(spark: SparkSession, directory: str) -> list[str]:
-    """The names of the entries of ``directory``."""
-    path, fs = _filesystem(spark, directory)
-    return [status.getPath().getName() for status in fs.listStatus(path)]
-
-
-def read_text(spark: SparkSession, file: str) -> str:
-    """A whole (small) file as UTF-8 text."""
-    path, fs = _filesystem(spark, file)
-    stream = fs.open(path)
-    try:
-        return bytes(stream.readAllBytes()).decode("utf-8")
-    finally:
-        stream.close()
-
-
-def walk_files(spark: SparkSession, root: str) -> Iterator[str]:
-    """Every file under ``root``, at any depth, as a full path."""
-    path, fs = _filesystem(spark, root)
-    listing = fs.listFiles(path, True)
-    while listing.hasNext():
-        yield listing.next().getPath().toString()
 
 
 def executed_plan(frame: DataFrame) -> str:

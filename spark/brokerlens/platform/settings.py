@@ -29,6 +29,12 @@ from .redact import remember, secret_values
 
 class SparkSettings(BaseModel):
     master: str = "local[*]"
+    # A Spark Connect server (sc://host:port): the session is its client, and the master, the
+    # memory and the JARs are the server's (``brokerlens connect-server`` starts one).
+    remote: str | None = None
+    # Where `brokerlens connect-server` listens.
+    connect_host: str = "127.0.0.1"
+    connect_port: int = 15002
     app_name: str = "brokerlens"
     # Small default: a day of telemetry on one machine does not need 200 shuffle tasks.
     shuffle_partitions: int = 8

@@ -40,15 +40,32 @@ SESSION_ZONE = "spark.sql.session.timeZone"
 STAGE_THREADS = 3
 _T = TypeVar("_T")
 
-# PlatformSettings the table layer depends on, whatever the deployment.
-SQL_CONF = {
+# What the table layer depends on, whatever the deployment, in two parts. The application's
+# settings are fixed when its driver starts (a local session's builder, spark-submit's --conf, a
+# Spark Connect server's command line); a session's are set on each session, a Connect client's
+# included.
+APPLICATION_CONF = {
+    # Delta Lake's SQL, and brokerlens' own: gold dispatch's scan as a table function.
+    "spark.sql.extensions": f"io.delta.sql.DeltaSparkSessionExtension,{SQL_EXTENSION}",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+    # Spark keeps this many compiled classes of generated code (default 100). A daily run
+    # compiles about 1,650 distinct ones (land to gold), so with 100 each stage recompiled what
+    # the last one evicted: 2,300 compilations a run (a small day's next run: 87-94 s, 73-80 s
+    # with 4,096). Enough for one run's plans and those that change with the day (a date literal
+    # is part of the generated code).
+    "spark.sql.codegen.cache.maxEntries": "4096",
+    # PySpark records the Python call site of every DataFrame API call in the driver, for error
+    # messages: four more py4j round trips per call. Building dispatch_periods' plan took 5,842
+    # round trips with it and 1,752 without; brokerlens' own errors name the stage and table.
+    "spark.python.sql.dataFrameDebugging.enabled": "false",
+    # Progress bars would interleave with command output; long steps report progress themselves.
+    "spark.ui.showConsoleProgress": "false",
+}
+SESSION_CONF = {
     # Delta readers (delta-rs, DuckDB) expect INT64 microsecond timestamps, not Spark's INT96.
     "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
     "spark.sql.parquet.compression.codec": "zstd",
     "spark.sql.adaptive.enabled": "true",
-    # Delta Lake's SQL, and brokerlens' own: gold dispatch's scan as a table function.
-    "spark.sql.extensions": f"io.delta.sql.DeltaSparkSessionExtension,{SQL_EXTENSION}",
-    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
     # Delta keeps a table's state (one row per data file) in this many partitions (default 50),
     # and every query over a table runs a job over it to find the files to read: a build of gold
     # runs about 90. Our tables' states are small (a year of a daily table: thousands of files),
@@ -61,20 +78,9 @@ SQL_CONF = {
     "spark.databricks.delta.properties.defaults.dataSkippingNumIndexedCols": "8",
     # VACUUM lists a table's folders with this parallelism (Spark's default: 10,000 tasks).
     "spark.sql.sources.parallelPartitionDiscovery.parallelism": "8",
-    # Spark keeps this many compiled classes of generated code (default 100). A daily run
-    # compiles about 1,650 distinct ones (land to gold), so with 100 each stage recompiled what
-    # the last one evicted: 2,300 compilations a run (a small day's next run: 87-94 s, 73-80 s
-    # with 4,096). Enough for one run's plans and those that change with the day (a date literal
-    # is part of the generated code).
-    "spark.sql.codegen.cache.maxEntries": "4096",
     "spark.sql.ansi.enabled": "false",
-    # PySpark records the Python call site of every DataFrame API call in the driver, for error
-    # messages: four more py4j round trips per call. Building dispatch_periods' plan took 5,842
-    # round trips with it and 1,752 without; brokerlens' own errors name the stage and table.
-    "spark.python.sql.dataFrameDebugging.enabled": "false",
-    # Progress bars would interleave with command output; long steps report progress themselves.
-    "spark.ui.showConsoleProgress": "false",
 }
+SQL_CONF = {**APPLICATION_CONF, **SESSION_CONF}
 
 
 def under_spark_submit() -> bool:
@@ -82,11 +88,14 @@ def under_spark_submit() -> bool:
 
 
 def get_spark(settings: PlatformSettings) -> SparkSession:
-    """Return the process's SparkSession, creating it on first use with ``settings``' Spark section."""
+    """Return the process's SparkSession, creating it on first use with ``settings``' Spark
+    section: a Spark Connect client of ``spark.remote`` when it is set, else a classic session."""
     active = SparkSession.getActiveSession()
     if active is not None:
         active.conf.set(SESSION_ZONE, "UTC")
         return active
+    if settings.spark.remote:
+        return connect(settings.spark.remote, settings)
     java_opts = java_options()
     builder = SparkSession.builder.appName(settings.spark.app_name)
     local = not under_spark_submit()
@@ -110,6 +119,29 @@ def get_spark(settings: PlatformSettings) -> SparkSession:
     spark = builder.getOrCreate()
     jvm.set_log_level(spark, "WARN")
     _check_jars(spark)
+    return spark
+
+
+def connect(url: str, settings: PlatformSettings) -> SparkSession:
+    """A session on the Spark Connect server at ``url`` (``sc://host:port``), with brokerlens'
+    session settings from ``settings``; the server's application must have ours (``brokerlens
+    connect-server`` starts one)."""
+    spark = SparkSession.builder.remote(url).getOrCreate()
+    extensions = spark.conf.get("spark.sql.extensions", "") or ""
+    missing = [e for e in APPLICATION_CONF["spark.sql.extensions"].split(",") if e not in extensions]
+    if missing:
+        raise JarsMissing(
+            f"the Spark Connect server at {url} runs without {', '.join(missing)} "
+            "in spark.sql.extensions: start it with `brokerlens connect-server`, or with "
+            "--jars $(python -m brokerlens.platform.jars | paste -sd,) and brokerlens' APPLICATION_CONF"
+        )
+    for key, value in {
+        **SESSION_CONF,
+        "spark.sql.shuffle.partitions": str(settings.spark.shuffle_partitions),
+        **settings.spark.conf,
+        SESSION_ZONE: "UTC",
+    }.items():
+        spark.conf.set(key, value)
     return spark
 
 

@@ -10,7 +10,6 @@ from functools import partial
 from pyspark.errors import AnalysisException
 from pyspark.sql import SparkSession
 
-from . import jvm
 from .schemas import table_schemas
 from .settings import PlatformSettings
 from .spark import in_parallel
@@ -77,15 +76,10 @@ def vacuum(spark: SparkSession, name: str, settings: PlatformSettings, dry_run: 
         return []
     statement = f"VACUUM delta.`{table_location(name, settings)}`"
     try:
-        if dry_run:
-            return sorted(r[0] for r in spark.sql(statement + " DRY RUN").collect())
-        before = _data_files(spark, name, settings)
-        spark.sql(statement).collect()
-        return sorted(before - _data_files(spark, name, settings))
+        # The files VACUUM deletes are those its dry run lists (it returns only the table's path).
+        doomed = sorted(r[0] for r in spark.sql(statement + " DRY RUN").collect())
+        if doomed and not dry_run:
+            spark.sql(statement).collect()
+        return doomed
     except AnalysisException as exc:
         raise TableError(f"{name}: vacuum failed: {str(exc).splitlines()[0]}") from exc
-
-
-def _data_files(spark: SparkSession, name: str, settings: PlatformSettings) -> set[str]:
-    """Every file under the table's folder but its log (what VACUUM may delete)."""
-    return {path for path in jvm.walk_files(spark, table_location(name, settings)) if "/_delta_log/" not in path}

@@ -11,6 +11,9 @@ with object storage.
 * An application transaction ``txn=(app_id, version)`` becomes Delta's ``txnAppId`` /
   ``txnVersion``: a write already committed under it is skipped, so a re-run never duplicates.
 * ``merge_table`` updates state tables with ``MERGE`` on their key.
+* Everything goes through the DataFrame API and Delta's SQL (``CREATE TABLE``, ``MERGE INTO``,
+  ``DESCRIBE HISTORY``) and reads of the Delta log's own files, nothing through py4j: a Spark
+  Connect client does all of it as a classic session does.
 * Conflicting concurrent commits (parallel backfill days) are retried on Delta's concurrency
   exceptions; a write killed before its commit leaves the table at its previous version (its
   files are referenced by no version, and ``VACUUM`` deletes them after the retention).
@@ -28,19 +31,16 @@ import random
 import re
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from datetime import date, datetime
+from datetime import date, datetime, timedelta, timezone
 from typing import Literal, TypeVar
 
 from delta import exceptions as delta_exceptions
-from delta.tables import DeltaTable
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql import types as T
 
-from . import jvm
 from .schemas import TableSchema, table_schema
 from .settings import PlatformSettings
 
@@ -81,31 +81,62 @@ def table_location(name: str, settings: PlatformSettings) -> str:
     return f"{settings.lake_uri.rstrip('/')}/{name}"
 
 
+# What reading a location that holds no Delta table raises: no folder, or a folder with no log.
+_NO_TABLE = {"PATH_NOT_FOUND", "DELTA_TABLE_NOT_FOUND", "DELTA_MISSING_DELTA_TABLE", "DELTA_TABLE_ONLY_OPERATION"}
+
+
+def _no_table(exc: AnalysisException) -> bool:
+    return exc.getCondition() in _NO_TABLE
+
+
 def table_exists(name: str, settings: PlatformSettings, spark: SparkSession) -> bool:
-    return DeltaTable.isDeltaTable(spark, table_location(name, settings))
+    try:
+        spark.read.format("delta").load(table_location(name, settings)).schema  # noqa: B018 (resolves the table)
+    except AnalysisException as exc:
+        if _no_table(exc):
+            return False
+        raise
+    return True
 
 
 def table_version(name: str, settings: PlatformSettings, spark: SparkSession) -> int | None:
-    """The table's latest version, None if it has never been written."""
-    if not table_exists(name, settings, spark):
-        return None
-    return next(latest_commits(spark, table_location(name, settings), 1))[0]
+    """The table's latest version (Delta's ``DESCRIBE HISTORY``), None if it has never been written."""
+    try:
+        latest = spark.sql(f"DESCRIBE HISTORY delta.`{table_location(name, settings)}` LIMIT 1").select("version").collect()
+    except AnalysisException as exc:
+        if _no_table(exc):
+            return None
+        raise
+    return int(latest[0][0]) if latest else None
 
 
 _COMMIT_FILE = re.compile(r"(\d{20})\.json")
+# How much earlier than the write's start a commit file may carry as its time: the storage's
+# clock, not ours, stamps it.
+_CLOCK_SKEW = timedelta(minutes=5)
 
 
-def latest_commits(spark: SparkSession, location: str, limit: int) -> Iterator[tuple[int, dict]]:
-    """The table's newest ``limit`` commits, newest first, as ``(version, commitInfo)``, read one
-    at a time as the caller goes on, straight from the Delta log's commit files
-    (``_delta_log/<version>.json``, one action per line) through Hadoop's FileSystem, so on any
-    storage the lake is on. ``DeltaTable.history`` reads the same files, all of them, in a Spark
-    job (a second or more each, after every write)."""
-    log_dir = f"{location}/_delta_log"
-    versions = sorted((int(m[1]) for name in jvm.list_names(spark, log_dir) if (m := _COMMIT_FILE.fullmatch(name))), reverse=True)[:limit]
-    for version in versions:
-        text = jvm.read_text(spark, f"{log_dir}/{version:020d}.json")
-        yield version, next((json.loads(line)["commitInfo"] for line in text.splitlines() if line.startswith('{"commitInfo"')), {})
+def tagged_commit(spark: SparkSession, location: str, write_id: str, since: datetime) -> tuple[int, dict] | None:
+    """The commit whose ``userMetadata`` carries ``write_id``, as ``(version, commitInfo)``: read
+    from the Delta log's commit files (``_delta_log/<version>.json``, one action per line, the
+    commitInfo among them) written since ``since``, by Spark's text reader, so on any storage the
+    lake is on and from a Connect client too. ``DESCRIBE HISTORY`` reads the same lines, but
+    took 0.3 s a call against 0.13 s (a 12-version table, 2 cores)."""
+    after = (since - _CLOCK_SKEW).astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
+    lines = (
+        # A glob, not the folder: Spark caches a folder's listing for the session, and would
+        # not see the commits written since it first listed it.
+        spark.read.option("modifiedAfter", after)  # in the session's zone, which is UTC (platform.spark)
+        .text(f"{location}/_delta_log/*.json")
+        .where(F.col("value").startswith('{"commitInfo"') & F.col("value").contains(write_id))
+        .select("value", F.col("_metadata.file_name"))
+        .collect()
+    )
+    for line, file_name in lines:
+        info = json.loads(line)["commitInfo"]
+        if (m := _COMMIT_FILE.fullmatch(file_name)) and write_id in (info.get("userMetadata") or ""):
+            return int(m[1]), info
+    return None
 
 
 def empty_frame(name: str, spark: SparkSession) -> DataFrame:
@@ -130,10 +161,6 @@ def read_table(
     schema = table_schema(name)
     if version is not None and timestamp is not None:
         raise TableError("give a version or a timestamp, not both")
-    if not table_exists(name, settings, spark):
-        if version is not None or timestamp is not None:
-            raise TableError(f"table {name} has not been written yet: no version to travel to")
-        return empty_frame(name, spark)
     reader = spark.read.format("delta")
     if version is not None:
         reader = reader.option("versionAsOf", version)
@@ -142,9 +169,13 @@ def read_table(
         reader = reader.option("timestampAsOf", stamp)
     try:
         df = reader.load(table_location(name, settings))
+        have = set(df.columns)
     except AnalysisException as exc:
+        if _no_table(exc):
+            if version is not None or timestamp is not None:
+                raise TableError(f"table {name} has not been written yet: no version to travel to") from None
+            return empty_frame(name, spark)
         raise TableError(f"cannot read {name} as of {version if version is not None else timestamp}: {str(exc).splitlines()[0]}") from exc
-    have = set(df.columns)
     # Columns added to schemas/ after this version was written read as nulls.
     return df.select(*[F.col(c.name) if c.name in have else F.lit(None).cast(c.spark_type).alias(c.name) for c in schema.columns])
 
@@ -164,16 +195,17 @@ def conform(df: DataFrame, schema: TableSchema) -> DataFrame:
 
 def ensure_table(name: str, spark: SparkSession, settings: PlatformSettings) -> None:
     """Create the table, empty, with its schema, partitioning and descriptions from ``schemas/``
-    if it does not exist yet (a table created concurrently by another writer is fine)."""
+    if it does not exist yet (``CREATE TABLE IF NOT EXISTS``: a table created concurrently by
+    another writer is fine)."""
     if table_exists(name, settings, spark):
         return
     schema = table_schema(name)
-    columns = T.StructType([T.StructField(c.name, c.spark_type, c.nullable, {"comment": c.description} if c.description else {}) for c in schema.columns])
-    builder = DeltaTable.createIfNotExists(spark).location(table_location(name, settings)).addColumns(columns).comment(schema.description)
-    if schema.partition_by:
-        builder = builder.partitionedBy(*schema.partition_by)
+    columns = ", ".join(f"`{c.name}` {c.type}{'' if c.nullable else ' NOT NULL'} COMMENT {sql_string(c.description)}" for c in schema.columns)
+    partitioned = f" PARTITIONED BY ({', '.join(f'`{k}`' for k in schema.partition_by)})" if schema.partition_by else ""
     try:
-        builder.execute()
+        spark.sql(
+            f"CREATE TABLE IF NOT EXISTS delta.`{table_location(name, settings)}` ({columns}) USING delta{partitioned} COMMENT {sql_string(schema.description)}"
+        )
     except Exception:
         if not table_exists(name, settings, spark):
             raise
@@ -255,18 +287,20 @@ def merge_table(
     # <=>: null-safe, since a key column may be null (e.g. topic at broker level).
     on = " AND ".join([f"t.`{k}` <=> s.`{k}`" for k in keys] + [f"({where})"])
 
+    assert where is not None  # a replace always has its partitions' predicate
+    deleted = f"({where}) AND ({delete_when})" if delete_when else where
+    # Literal braces in the conditions would read as placeholders of spark.sql's {source}.
+    statement = (
+        f"MERGE INTO delta.`{table_location(name, settings)}` t USING {{source}} s ON {_braces(on)} "
+        f"WHEN MATCHED{f' AND ({_braces(update_when)})' if update_when else ''} THEN UPDATE SET * "
+        f"WHEN NOT MATCHED THEN INSERT * WHEN NOT MATCHED BY SOURCE AND ({_braces(deleted)}) THEN DELETE"
+    )
+
     def attempt() -> None:
+        # MERGE takes no write options: its commit's userMetadata is the session's setting.
         spark.conf.set("spark.databricks.delta.commitInfo.userMetadata", json.dumps({"brokerlens.mode": "merge", "brokerlens.write": write_id}))
         try:
-            (
-                DeltaTable.forPath(spark, table_location(name, settings))
-                .alias("t")
-                .merge(frame.alias("s"), on)
-                .whenMatchedUpdateAll(update_when)
-                .whenNotMatchedInsertAll()
-                .whenNotMatchedBySourceDelete(f"({where}) AND ({delete_when})" if delete_when else where)
-                .execute()
-            )
+            spark.sql(statement, source=frame).collect()
         finally:
             spark.conf.unset("spark.databricks.delta.commitInfo.userMetadata")
 
@@ -298,15 +332,16 @@ def _result(
     """What the commit tagged with ``write_id`` did. No commit has the tag: with a transaction,
     Delta had already seen it (skipped); without one, Delta had nothing to commit (no rows and
     nothing to replace). Concurrent writers may have committed after it."""
-    tag = f'"brokerlens.write": "{write_id}"'
-    for version, info in latest_commits(spark, table_location(name, settings), 20):
-        if tag in (info.get("userMetadata") or ""):
-            metrics = info.get("operationMetrics") or {}
-            rows = sum(int(metrics.get(m, 0)) for m in row_metrics)
-            files = int(metrics.get("numFiles", metrics.get("numTargetFilesAdded", 0)))
-            seconds = round(time.perf_counter() - started, 3)
-            log.info("%s: committed version %s (%s rows, %s files, %.1fs)", name, version, rows, files, seconds)
-            return WriteResult(name, version, files, rows, seconds=seconds)
+    started_at = datetime.now(timezone.utc) - timedelta(seconds=time.perf_counter() - started)
+    commit = tagged_commit(spark, table_location(name, settings), write_id, started_at)
+    if commit is not None:
+        version, info = commit
+        metrics = info.get("operationMetrics") or {}
+        rows = sum(int(metrics.get(m, 0)) for m in row_metrics)
+        files = int(metrics.get("numFiles", metrics.get("numTargetFilesAdded", 0)))
+        seconds = round(time.perf_counter() - started, 3)
+        log.info("%s: committed version %s (%s rows, %s files, %.1fs)", name, version, rows, files, seconds)
+        return WriteResult(name, version, files, rows, seconds=seconds)
     result = WriteResult(name, None, 0, 0, skipped=with_txn, seconds=round(time.perf_counter() - started, 3))
     log.info("%s", result)
     return result
@@ -334,6 +369,15 @@ def _replace_where(schema: TableSchema, mode: WriteMode, partitions: Iterable[Pa
     return " OR ".join(f"({c})" for c in clauses)
 
 
+def _braces(sql: str) -> str:
+    return sql.replace("{", "{{").replace("}", "}}")
+
+
+def sql_string(value: str) -> str:
+    """``value`` as a SQL string literal."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
 def sql_equals(value: object) -> str:
     """``= <value>`` as a SQL literal (``IS NULL`` for None), for conditions built from Python values."""
     if value is None:
@@ -346,4 +390,4 @@ def sql_equals(value: object) -> str:
         return f"= DATE'{value.isoformat()}'"
     if isinstance(value, (int, float)):
         return f"= {value}"
-    return "= '" + str(value).replace("\\", "\\\\").replace("'", "\\'") + "'"
+    return "= " + sql_string(str(value))
