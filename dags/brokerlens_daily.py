@@ -2,18 +2,21 @@
 ### brokerlens_daily
 
 One run per day, for the day that just ended (`{{ ds }}`): **land → validate_bronze →
-build_silver → validate_silver → build_gold → alert → report**, each a
-`brokerlens <stage> [--layer L] --date {{ ds }}`: run on the stage server (`brokerlens serve`, one
-Spark application) when `BROKERLENS_STAGE_SERVER` names its address file, else submitted with
+build_silver → validate_silver → build_gold → alert → report**, each `brokerlens <stage>
+[--layer L]` for `{{ ds }}` in its task's own process, as a client of the Spark Connect server of
+the `spark_connect_default` connection (`brokerlens connect-server`; `infra/stack.sh` starts
+one). With `BROKERLENS_SPARK_SUBMIT=true` each step is a `StageSubmitOperator` instead: its own
 spark-submit through the `spark_default` connection (local master by default; a cluster is a
-connection change). Each layer is validated before the next is built from it.
+connection change). Each layer is validated before the next is built
+from it.
 
 - Catch-up and backfill: `BROKERLENS_START_DATE` (YYYY-MM-DD, default 2026-11-01) is the first
   day, `BROKERLENS_CATCHUP=false` turns catch-up off; to (re)run days:
   `airflow backfill create --dag-id brokerlens_daily --from-date A --to-date B --reprocess-behavior completed`
   (a re-run of a day replaces its partitions and sends no mail twice). The build steps and
   `alert` wait for the previous day's (policies in force, closing dispatch debt, alert state);
-  the other steps of different days run in parallel (`BROKERLENS_MAX_ACTIVE_RUNS`, default 4).
+  the other steps of different days run in parallel (`BROKERLENS_MAX_ACTIVE_RUNS`, default 4),
+  each day a session of its own on the one server.
 - A step that fails on its data (a critical expectation) fails at once; other failures are
   retried with exponential back-off. A failed step stops the later ones and mails
   `BROKERLENS_FAILURE_EMAIL` through the `smtp_default` connection.
@@ -38,13 +41,14 @@ with DAG(
     doc_md=__doc__,
     tags=["brokerlens"],
 ):
-    land = bl.StageSubmitOperator(stage="land")
-    validate_bronze = bl.StageSubmitOperator(stage="validate", layer="bronze")
-    build_silver = bl.StageSubmitOperator(stage="build", layer="silver", depends_on_past=True)
-    validate_silver = bl.StageSubmitOperator(stage="validate", layer="silver")
-    build_gold = bl.StageSubmitOperator(stage="build", layer="gold", depends_on_past=True)
-    alert = bl.StageSubmitOperator(stage="alert", depends_on_past=True, connections=[bl.smtp_conn_id()])
-    report = bl.StageSubmitOperator(stage="report")
+    Stage = bl.StageSubmitOperator if bl.env_flag("BROKERLENS_SPARK_SUBMIT", False) else bl.StageOperator
+    land = Stage(stage="land")
+    validate_bronze = Stage(stage="validate", layer="bronze")
+    build_silver = Stage(stage="build", layer="silver", depends_on_past=True)
+    validate_silver = Stage(stage="validate", layer="silver")
+    build_gold = Stage(stage="build", layer="gold", depends_on_past=True)
+    alert = Stage(stage="alert", depends_on_past=True, connections=[bl.smtp_conn_id()])
+    report = Stage(stage="report")
 
     land >> validate_bronze >> build_silver >> validate_silver >> build_gold >> alert >> report
     if bl.prometheus_url():

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The local stack: Airflow standalone (web UI on 127.0.0.1), an SMTP server that keeps received
-# mail as files, the stage server the DAG's tasks run on (one Spark application, `brokerlens
-# serve`), and Spark defaults from infra/spark/. Everything lives under $BROKERLENS_HOME
+# mail as files, the Spark Connect server the DAG's tasks are clients of (one Spark application,
+# `brokerlens connect-server`, warmed up on a small generated day), and Spark defaults from
+# infra/spark/. Everything lives under $BROKERLENS_HOME
 # (default ./var): airflow/ (AIRFLOW_HOME, sqlite), mail/ (received mail), stack/ (pids, logs).
 #
-#   infra/stack.sh up            start the SMTP sink, the stage server and Airflow standalone,
+#   infra/stack.sh up            start the SMTP sink, the Spark Connect server and Airflow standalone,
 #                                print the UI address
 #   infra/stack.sh down          stop what `up` started
 #   infra/stack.sh status        what is running
@@ -13,10 +14,11 @@
 #                                SMTP sink receiving the mail, first writing demo data for DAY
 #                                if asked; say step k of n as it goes; print where outputs are
 #
-# Ports: AIRFLOW_PORT (8080), BROKERLENS_SMTP__PORT (8025). Connections come from the
-# environment (AIRFLOW_CONN_SPARK_DEFAULT, AIRFLOW_CONN_SMTP_DEFAULT) unless already set.
-# BROKERLENS_STAGE_SERVER= (empty) runs each task as its own spark-submit instead of on the
-# stage server.
+# Ports: AIRFLOW_PORT (8080), BROKERLENS_SMTP__PORT (8025), BROKERLENS_SPARK__CONNECT_PORT
+# (15002). Connections come from the environment (AIRFLOW_CONN_SPARK_CONNECT_DEFAULT,
+# AIRFLOW_CONN_SPARK_DEFAULT, AIRFLOW_CONN_SMTP_DEFAULT) unless already set.
+# BROKERLENS_SPARK_SUBMIT=true makes the daily DAG run each task as its own spark-submit
+# (StageSubmitOperator) instead, and starts no Connect server.
 set -euo pipefail
 
 REPO="$(cd "$(dirname "$0")/.." && pwd)"
@@ -28,6 +30,7 @@ STATE="$BROKERLENS_HOME/stack"
 MAILDIR="$BROKERLENS_HOME/mail"
 AIRFLOW_PORT="${AIRFLOW_PORT:-8080}"
 SMTP_PORT="${BROKERLENS_SMTP__PORT:-8025}"
+CONNECT_PORT="${BROKERLENS_SPARK__CONNECT_PORT:-15002}"
 
 # spark-submit and the python it starts are the virtualenv's.
 export PATH="$REPO/.venv/bin:$PATH"
@@ -41,11 +44,13 @@ export AIRFLOW__API__BASE_URL="http://127.0.0.1:$AIRFLOW_PORT"
 export AIRFLOW__CORE__EXECUTION_API_SERVER_URL="http://127.0.0.1:$AIRFLOW_PORT/execution/"
 local_spark='{"conn_type": "spark", "host": "local[*]"}'
 local_smtp='{"conn_type": "smtp", "host": "127.0.0.1", "port": '"$SMTP_PORT"', "extra": {"disable_tls": true, "disable_ssl": true, "from_email": "brokerlens@localhost"}}'
+local_connect='{"conn_type": "spark_connect", "host": "sc://127.0.0.1", "port": '"$CONNECT_PORT"'}'
 export AIRFLOW_CONN_SPARK_DEFAULT="${AIRFLOW_CONN_SPARK_DEFAULT:-$local_spark}"
+export AIRFLOW_CONN_SPARK_CONNECT_DEFAULT="${AIRFLOW_CONN_SPARK_CONNECT_DEFAULT:-$local_connect}"
 export AIRFLOW_CONN_SMTP_DEFAULT="${AIRFLOW_CONN_SMTP_DEFAULT:-$local_smtp}"
 export BROKERLENS_SMTP__HOST="${BROKERLENS_SMTP__HOST:-127.0.0.1}"
 export BROKERLENS_SMTP__PORT="$SMTP_PORT"
-export BROKERLENS_STAGE_SERVER="${BROKERLENS_STAGE_SERVER-$STATE/stage-server.json}"
+export BROKERLENS_SPARK_SUBMIT="${BROKERLENS_SPARK_SUBMIT:-false}"
 
 alive() { [ -f "$STATE/$1.pid" ] && kill -0 "$(cat "$STATE/$1.pid")" 2>/dev/null; }
 
@@ -67,28 +72,34 @@ start_smtp() {
   wait_for 20 "SMTP sink" grep -q "^listening on" "$STATE/smtp.log"
 }
 
-start_stage_server() {  # in the background; ready once its address file is there (stage_server_ready)
-  [ -n "$BROKERLENS_STAGE_SERVER" ] || return 0
+uses_connect() { [ "$BROKERLENS_SPARK_SUBMIT" != "true" ]; }
+
+start_connect_server() {  # in the background; ready once it answers and has warmed up (connect_server_ready)
+  uses_connect || return 0
   mkdir -p "$STATE"
-  if alive stage-server; then return 0; fi
-  rm -f "$BROKERLENS_STAGE_SERVER"
-  STAGE_SERVER_STARTED=$SECONDS
-  setsid brokerlens serve --address-file "$BROKERLENS_STAGE_SERVER" \
-    >"$STATE/stage-server.log" 2>&1 </dev/null &
-  echo $! >"$STATE/stage-server.pid"
+  if alive connect-server; then return 0; fi
+  CONNECT_SERVER_STARTED=$SECONDS
+  # setsid: its own process group; `brokerlens connect-server` execs spark-submit, which execs
+  # the JVM, so the pid is the server's.
+  setsid brokerlens connect-server --port "$CONNECT_PORT" >"$STATE/connect-server.log" 2>&1 </dev/null &
+  echo $! >"$STATE/connect-server.pid"
 }
 
-stage_server_ready() {  # wait for the server's address file (it warms up first: a few minutes)
-  [ -n "$BROKERLENS_STAGE_SERVER" ] || return 0
-  local deadline=$((SECONDS + 900))
-  until [ -f "$BROKERLENS_STAGE_SERVER" ]; do
-    if ! alive stage-server || [ "$SECONDS" -ge "$deadline" ]; then
-      echo "stack: the stage server did not come up; see $STATE/stage-server.log:" >&2
-      tail -5 "$STATE/stage-server.log" >&2; return 1
+connect_server_ready() {  # wait for the server's port, then warm it up once (a few minutes)
+  uses_connect || return 0
+  [ -n "${CONNECT_SERVER_STARTED:-}" ] || return 0  # up before this command: warm already
+  local deadline=$((SECONDS + 300))
+  until (exec 3<>"/dev/tcp/127.0.0.1/$CONNECT_PORT") 2>/dev/null; do
+    if ! alive connect-server || [ "$SECONDS" -ge "$deadline" ]; then
+      echo "stack: the Spark Connect server did not come up; see $STATE/connect-server.log:" >&2
+      tail -5 "$STATE/connect-server.log" >&2; return 1
     fi
     sleep 1
   done
-  [ -z "${STAGE_SERVER_STARTED:-}" ] || echo "stack: stage server ready in $((SECONDS - STAGE_SERVER_STARTED)) s (warm-up included; $STATE/stage-server.log)"
+  BROKERLENS_SPARK__REMOTE="sc://127.0.0.1:$CONNECT_PORT" brokerlens --quiet warm-up >>"$STATE/connect-server.log" 2>&1 \
+    || { echo "stack: warming up the Spark Connect server failed; see $STATE/connect-server.log" >&2; return 1; }
+  echo "stack: Spark Connect server ready on sc://127.0.0.1:$CONNECT_PORT in $((SECONDS - CONNECT_SERVER_STARTED)) s (warm-up included; $STATE/connect-server.log)"
+  CONNECT_SERVER_STARTED=""
 }
 
 group_alive() {  # any live (non-zombie) process left in process group $1
@@ -118,8 +129,8 @@ migrate_once() {
 up() {
   start_smtp
   echo "stack: SMTP sink on 127.0.0.1:$SMTP_PORT, mail kept in $MAILDIR"
-  start_stage_server
-  stage_server_ready
+  start_connect_server
+  connect_server_ready
   if ! alive airflow; then
     mkdir -p "$AIRFLOW_HOME"
     # Two cores are enough for one day's run: a few task slots, not Airflow's default 32.
@@ -133,7 +144,7 @@ up() {
 }
 
 status() {
-  for name in smtp stage-server airflow; do
+  for name in smtp connect-server airflow; do
     if alive "$name"; then echo "$name: running (pid $(cat "$STATE/$name.pid"))"; else echo "$name: stopped"; fi
   done
 }
@@ -172,7 +183,7 @@ run_day() {  # run_day DAY [--demo-data]
   mkdir -p "$STATE"
   # What this run starts, it stops at the end (a stack that is `up` keeps running).
   RUN_STARTED=()
-  if [ -n "$BROKERLENS_STAGE_SERVER" ] && ! alive stage-server; then start_stage_server; RUN_STARTED+=(stage-server); fi
+  if uses_connect && ! alive connect-server; then start_connect_server; RUN_STARTED+=(connect-server); fi
   if ! alive smtp; then start_smtp; RUN_STARTED+=(smtp); fi
   trap 'for name in "${RUN_STARTED[@]}"; do stop "$name" >/dev/null; done' EXIT
   migrate_once
@@ -183,7 +194,7 @@ run_day() {  # run_day DAY [--demo-data]
     brokerlens --quiet demo-data --date "$day" >"$STATE/demo-$day.log" || { cat "$STATE/demo-$day.log" >&2; return 1; }
     echo "step 1: demo-data done in $((SECONDS - started)) s ($STATE/demo-$day.log)"
   fi
-  stage_server_ready
+  connect_server_ready
   echo "stack: airflow dags test brokerlens_daily $day (full log: $STATE/run-$day.log)"
   local rc=0
   airflow dags test brokerlens_daily "$day" 2>&1 | tee "$STATE/run-$day.log" | follow_steps "$first" || rc=$?
@@ -200,7 +211,7 @@ run_day() {  # run_day DAY [--demo-data]
 
 case "${1:-}" in
   up) up ;;
-  down) stop airflow; stop stage-server; stop smtp ;;
+  down) stop airflow; stop connect-server; stop smtp ;;
   status) status ;;
   run-day) [ -n "${2:-}" ] || { echo "usage: $0 run-day YYYY-MM-DD [--demo-data]" >&2; exit 2; }; run_day "$2" "${3:-}" ;;
   *) echo "usage: $0 up|down|status|run-day YYYY-MM-DD [--demo-data]" >&2; exit 2 ;;

@@ -1,17 +1,20 @@
-"""Airflow, SMTP and the stage server for the DAG tests, each in its own process.
+"""Airflow, SMTP and the Spark Connect server for the DAG tests, each in its own process.
 
 Airflow reads its configuration once per process, so it never runs inside the pytest process:
 every Airflow command runs as a subprocess with an isolated ``AIRFLOW_HOME`` (sqlite), the
 repository's ``dags/`` folder, and the connections given as ``AIRFLOW_CONN_*`` variables.
 The SMTP server is ``infra/smtp_sink.py``, the local stack's own, keeping each message as a file.
-The stage server is ``brokerlens serve``, as ``infra/stack.sh`` starts it.
+The Spark Connect server is ``brokerlens connect-server``, as ``infra/stack.sh`` starts it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import email
 import json
 import os
+import signal
+import socket
 import subprocess
 import sys
 import time
@@ -104,33 +107,38 @@ def body_text(message: Message) -> str:
     return "\n".join(part.get_content() for part in message.walk() if part.get_content_maintype() == "text")
 
 
-class StageServer:
-    """``brokerlens serve`` (without its warm-up: tests/test_stage_server.py has it) for the
-    duration of a ``with``; :attr:`environ` is what the DAG's tasks need to run on it."""
+class ConnectServer:
+    """``brokerlens connect-server`` on a free port (not warmed up) for the duration of a
+    ``with``; :attr:`url` reaches it, :attr:`environ` is what the DAG's tasks need to."""
 
     def __init__(self, env: dict[str, str], folder: Path) -> None:
-        self.env, self.address, self.log = env, folder / "stage-server.json", folder / "stage-server.log"
-        self.environ = {"BROKERLENS_STAGE_SERVER": str(self.address)}
+        self.env, self.log, self.port = env, folder / "connect-server.log", free_port()
+        self.url = f"sc://127.0.0.1:{self.port}"
+        self.environ = {"AIRFLOW_CONN_SPARK_CONNECT_DEFAULT": json.dumps({"conn_type": "spark_connect", "host": "sc://127.0.0.1", "port": self.port})}
         self.process: subprocess.Popen | None = None
 
-    def __enter__(self) -> "StageServer":
-        folder = self.address.parent
-        folder.mkdir(parents=True, exist_ok=True)
+    def __enter__(self) -> "ConnectServer":
+        self.log.parent.mkdir(parents=True, exist_ok=True)
         with self.log.open("w") as out:
             self.process = subprocess.Popen(
-                [str(VENV_BIN / "brokerlens"), "serve", "--no-warm-up", "--address-file", str(self.address)],
+                [str(VENV_BIN / "brokerlens"), "connect-server", "--port", str(self.port)],
                 env=self.env,
                 stdout=out,
                 stderr=subprocess.STDOUT,
+                start_new_session=True,
             )
         deadline = time.monotonic() + 300
-        while not self.address.exists():
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                self.process.kill()
-                raise RuntimeError(f"stage server did not start: {self.log.read_text()[-3000:]}")
-            time.sleep(0.5)
-        return self
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                return self
+            except OSError:
+                if self.process.poll() is not None or time.monotonic() > deadline:
+                    self.__exit__()
+                    raise RuntimeError(f"Spark Connect server did not start: {self.log.read_text()[-3000:]}") from None
+                time.sleep(0.5)
 
     def __exit__(self, *exc) -> None:
-        self.process.terminate()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGTERM)
         self.process.wait(timeout=60)

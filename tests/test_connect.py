@@ -1,29 +1,29 @@
-"""Gold dispatch's scan from a Spark Connect client: a Connect server started by spark-submit
-with the session's JARs and SQL settings (Delta's and brokerlens' extensions) runs
-``periods.scan`` for a client that has no py4j, and gives the hand-worked day's numbers
-(test_dispatch_scan's)."""
+"""Stages as Spark Connect clients of ``brokerlens connect-server`` (spark-submit with the
+session's JARs and SQL settings, Delta's and brokerlens' extensions):
+
+- gold dispatch's scan for a client that has no py4j, with the hand-worked day's numbers
+  (test_dispatch_scan's);
+- a backfill's two days landed at once, each client a session of its own, giving the tables
+  that serial runs give;
+- a killed Airflow task (the DAG's operator) interrupting its stage's Spark jobs by their tag."""
 
 from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
+from datetime import date
 from pathlib import Path
 
-import pyspark
 import pytest
-from airflow_harness import REPO, free_port
+from airflow_harness import REPO, VENV_BIN, ConnectServer
+from test_daily_dag_e2e import canonical, table_snapshot
 
-from brokerlens.platform.jars import session_jars
-from brokerlens.platform.spark import SESSION_ZONE, SQL_CONF
+from brokerlens.airflow_support import stage_tables
 
 pytestmark = pytest.mark.slow
-
-SPARK_HOME = Path(pyspark.__file__).parent
-SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 
 # The client: test_dispatch_scan's worked day through periods.scan, printed as JSON rows.
 CLIENT = """
@@ -42,41 +42,10 @@ print(json.dumps({"remote": type(spark).__module__, "rows": sorted(list(r) for r
 
 @pytest.fixture(scope="module")
 def connect_server(tmp_path_factory):
-    """A Spark Connect server on loopback with brokerlens' JARs and SQL settings; its URL."""
-    log = tmp_path_factory.mktemp("connect") / "server.log"
-    port = free_port()
-    conf = {
-        **SQL_CONF,
-        SESSION_ZONE: "UTC",
-        "spark.connect.grpc.binding.address": "127.0.0.1",
-        "spark.connect.grpc.binding.port": str(port),
-        "spark.driver.host": "127.0.0.1",
-        "spark.driver.bindAddress": "127.0.0.1",
-        "spark.ui.enabled": "false",
-        "spark.sql.shuffle.partitions": "2",
-    }
-    command = [str(SPARK_HOME / "bin" / "spark-submit"), "--class", SERVER_CLASS, "--master", "local[2]"]
-    command += ["--jars", ",".join(str(p) for p in session_jars())]
-    for key, value in conf.items():
-        command += ["--conf", f"{key}={value}"]
-    env = {**os.environ, "SPARK_HOME": str(SPARK_HOME), "SPARK_LOCAL_IP": "127.0.0.1"}
-    server = subprocess.Popen([*command, "spark-internal"], env=env, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        deadline = time.time() + 180
-        while True:
-            if server.poll() is not None:
-                pytest.fail(f"the Spark Connect server exited ({server.returncode}):\n{log.read_text()[-3000:]}")
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if time.time() > deadline:
-                    pytest.fail(f"no Spark Connect server on port {port} after 180 s:\n{log.read_text()[-3000:]}")
-                time.sleep(0.5)
-        yield f"sc://127.0.0.1:{port}"
-    finally:
-        os.killpg(server.pid, 15)
-        server.wait(timeout=60)
+    """``brokerlens connect-server`` on loopback (its JARs and SQL settings are brokerlens'); its URL."""
+    folder = tmp_path_factory.mktemp("connect")
+    with ConnectServer({**os.environ, "BROKERLENS_HOME": str(folder / "var")}, folder) as server:
+        yield server.url
 
 
 def test_a_connect_client_runs_the_dispatch_scan(connect_server):
@@ -87,3 +56,113 @@ def test_a_connect_client_runs_the_dispatch_scan(connect_server):
     assert got["remote"] == "pyspark.sql.connect.session"
     # s1: the opening debt of 5, then 12 on a quota of 10 with 5 owed: 7 carried; s2: 3 of 10
     assert got["rows"] == [["s1", 0, 5, 0, 5], ["s1", 0, 12, 5, 7], ["s2", 0, 3, 0, 0]]
+
+
+D1, D2 = date(2026, 11, 21), date(2026, 11, 22)
+BRONZE = stage_tables("land")
+
+
+def client_env(url: str, home: Path, landing: Path) -> dict[str, str]:
+    """A brokerlens command as a client of the server at ``url``, its lake under ``home``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BROKERLENS_")}
+    return {**env, "BROKERLENS_HOME": str(home), "BROKERLENS_LANDING_DIR": str(landing), "BROKERLENS_SPARK__REMOTE": url}
+
+
+def brokerlens(env: dict[str, str], *args: str) -> subprocess.Popen:
+    return subprocess.Popen([str(VENV_BIN / "brokerlens"), *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def finished(proc: subprocess.Popen) -> tuple[float, str]:
+    """When the command ended, and its output; it must have succeeded."""
+    out, err = proc.communicate(timeout=900)
+    assert proc.returncode == 0, err[-3000:]
+    return time.monotonic(), out
+
+
+def demo_landing(tmp_path: Path, scale: float, *days: date) -> Path:
+    landing = tmp_path / "landing"
+    env = client_env("unused", tmp_path / "demo", landing)
+    for day in days:
+        finished(brokerlens(env, "demo-data", "--date", day.isoformat(), "--scale", str(scale)))
+    return landing
+
+
+def commit_times(lake: Path, day: date) -> list[int]:
+    """When the bronze tables' commits that replaced ``day`` were made (ms)."""
+    from deltalake import DeltaTable
+
+    return [
+        c["timestamp"]
+        for table in BRONZE
+        if (lake / table / "_delta_log").is_dir()
+        for c in DeltaTable(str(lake / table)).history()
+        if day.isoformat() in (c.get("operationParameters") or {}).get("predicate", "")
+    ]
+
+
+def test_two_days_land_at_once_each_a_session_of_its_own_as_serial_runs_do(connect_server, tmp_path):
+    landing = demo_landing(tmp_path, 0.01, D1, D2)
+    runs = [brokerlens(client_env(connect_server, tmp_path / "parallel", landing), "land", "--date", day.isoformat()) for day in (D1, D2)]
+    for run in runs:
+        finished(run)
+    for day in (D1, D2):
+        finished(brokerlens(client_env(connect_server, tmp_path / "serial", landing), "land", "--date", day.isoformat()))
+    # At the same time: each day's commits began before the other's ended (one after the
+    # other, one day's would all come first).
+    first, second = commit_times(tmp_path / "parallel" / "lake", D1), commit_times(tmp_path / "parallel" / "lake", D2)
+    assert len(first) == len(second) >= 6, (first, second)
+    assert min(first) < max(second) and min(second) < max(first), (sorted(first), sorted(second))
+    for table in BRONZE:
+        for day in (D1, D2):
+            got = canonical(table_snapshot(tmp_path / "parallel" / "lake", table, day)[1])
+            assert got == canonical(table_snapshot(tmp_path / "serial" / "lake", table, day)[1]), (table, day)
+    assert all(table_snapshot(tmp_path / "parallel" / "lake", "bronze_dispatch", day)[1] for day in (D1, D2))
+
+
+# Airflow killing a task: the DAG's operator runs land in a thread; on_kill comes 10 s in.
+KILL = """
+import json, sys, threading, time
+from brokerlens.airflow_support import StageOperator
+
+operator = StageOperator(stage="land")
+operator.day = sys.argv[1]
+outcome = {}
+
+def run():
+    try:
+        operator.execute({})
+        outcome["error"] = None
+    except Exception as exc:
+        outcome["error"] = f"{type(exc).__name__}: {exc}"
+    outcome["ended"] = time.monotonic()
+
+thread = threading.Thread(target=run)
+thread.start()
+time.sleep(10)
+killed, killed_at = time.monotonic(), time.time()
+operator.on_kill()
+thread.join(300)
+print(json.dumps({"error": outcome["error"], "after_kill": outcome["ended"] - killed, "killed_at_ms": killed_at * 1000}))
+"""
+
+
+def test_a_killed_task_interrupts_its_stages_jobs_and_commits_nothing_after(connect_server, tmp_path):
+    landing = demo_landing(tmp_path, 1.0, D1)  # land takes 25-70 s on 2 cores: running at 10 s
+    home = tmp_path / "killed"
+    host, port = connect_server.removeprefix("sc://").split(":")
+    env = {
+        **client_env(connect_server, home, landing),
+        "AIRFLOW_CONN_SPARK_CONNECT_DEFAULT": json.dumps({"conn_type": "spark_connect", "host": f"sc://{host}", "port": int(port)}),
+    }
+    proc = subprocess.run([sys.executable, "-c", KILL, D1.isoformat()], env=env, capture_output=True, text=True, timeout=600, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    # The running jobs were interrupted (the server's OPERATION_CANCELED), or the session was
+    # gone when a thread of the stage went on: the stage ended at once, with that error.
+    assert got["error"] and ("OPERATION_CANCELED" in got["error"] or "NO_ACTIVE_SESSION" in got["error"]), got["error"]
+    assert got["after_kill"] < 5, got
+    from deltalake import DeltaTable
+
+    for table in BRONZE:
+        if (home / "lake" / table / "_delta_log").is_dir():
+            assert all(c["timestamp"] < got["killed_at_ms"] for c in DeltaTable(str(home / "lake" / table)).history()), table

@@ -51,7 +51,10 @@ for dag_id, dag in bag.dags.items():
             "max_retry_delay": t.max_retry_delay.total_seconds() if t.max_retry_delay else None,
             "depends_on_past": t.depends_on_past,
             "outlets": [{"name": a.name, "uri": a.uri, "extra": a.extra} for a in t.outlets],
-            "conn_id": getattr(t, "_conn_id", None),
+            "conn_id": getattr(t, "_conn_id", None) or getattr(t, "conn_id", None),
+            "stage": getattr(t, "stage", None),
+            "layer": getattr(t, "layer", None),
+            "day": getattr(t, "day", None),
             "connections": list(getattr(t, "connections", [])),
             "application": getattr(t, "application", None),
             "application_args": getattr(t, "application_args", None),
@@ -133,7 +136,26 @@ def test_daily_dag_graph_and_schedule(dags):
     assert [t for t in order if tasks[t]["depends_on_past"]] == ["build_silver", "build_gold", "alert"]
 
 
-def test_each_step_is_a_spark_submit_of_the_cli_with_retries_and_failure_mail(dags):
+def _retries_and_failure_mail(task: dict) -> None:
+    assert task["retries"] == 2
+    assert task["backoff"] == 2.0 and task["retry_delay"] == 120 and task["max_retry_delay"] == 1800
+    assert task["on_failure"] == ["brokerlens.airflow_support.notify_failure"]
+
+
+def test_each_step_is_a_spark_connect_client_with_retries_and_failure_mail(dags):
+    tasks = dags["dags"]["brokerlens_daily"]["tasks"]
+    for step, task in tasks.items():
+        assert task["classes"][0] == "StageOperator" and "SparkSubmitOperator" not in task["classes"]
+        assert task["conn_id"] == "spark_connect_default"
+        stage, _, layer = step.partition("_")
+        assert (task["stage"], task["layer"] or "", task["day"]) == (stage, layer, "{{ ds }}")
+        _retries_and_failure_mail(task)
+    # Only alert mails: it alone gets the SMTP connection.
+    assert {s: t["connections"] for s, t in tasks.items() if t["connections"]} == {"alert": ["smtp_default"]}
+
+
+def test_with_spark_submit_each_step_is_a_spark_submit_of_the_cli(tmp_path):
+    dags = describe_dags(tmp_path, BROKERLENS_SPARK_SUBMIT="true")
     tasks = dags["dags"]["brokerlens_daily"]["tasks"]
     for step, task in tasks.items():
         assert "SparkSubmitOperator" in task["classes"]
@@ -141,9 +163,7 @@ def test_each_step_is_a_spark_submit_of_the_cli_with_retries_and_failure_mail(da
         assert task["application"] == str(REPO / "spark" / "brokerlens" / "submit.py")
         stage, _, layer = step.partition("_")
         assert task["application_args"] == [stage, *(["--layer", layer] if layer else []), "--date", "{{ ds }}"]
-        assert task["retries"] == 2
-        assert task["backoff"] == 2.0 and task["retry_delay"] == 120 and task["max_retry_delay"] == 1800
-        assert task["on_failure"] == ["brokerlens.airflow_support.notify_failure"]
+        _retries_and_failure_mail(task)
         # Spark's conf is made when the task runs (with the task's settings), not when the DAG is parsed.
         assert not task["conf"], task["conf"]
     # The driver's JVM options: brokerlens' own, then the settings' (conftest.py's JIT_ENV).
@@ -151,7 +171,6 @@ def test_each_step_is_a_spark_submit_of_the_cli_with_retries_and_failure_mail(da
 
     driver_options = dags["spark_conf"]["spark.driver.extraJavaOptions"]
     assert "-Duser.timezone=UTC" in java_options() and driver_options == f"{java_options()} {os.environ[JIT_ENV]}".strip(), driver_options
-    # Only alert mails: it alone gets the SMTP connection handed to its process.
     assert {s: t["connections"] for s, t in tasks.items() if t["connections"]} == {"alert": ["smtp_default"]}
 
 

@@ -1,6 +1,7 @@
 """The daily DAG end to end, as `make run` runs it: `airflow dags test` on a demo day, the steps
-run on a real stage server (`brokerlens serve`, one Spark application), a real SMTP server
-receiving the mail; the failing runs with each step its own real spark-submit.
+clients of a real Spark Connect server (`brokerlens connect-server`, one Spark application), a
+real SMTP server receiving the mail; the failing runs with each step its own real spark-submit
+(`BROKERLENS_SPARK_SUBMIT=true`), and on the Connect server.
 
 Asserted: every task succeeded and logged its stage's summary; the tables each step declares
 were written for the day; each table was validated (bronze after land, silver before gold) with
@@ -25,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_harness import REPO, SmtpSink, StageServer, airflow, airflow_env, body_text
+from airflow_harness import REPO, ConnectServer, SmtpSink, airflow, airflow_env, body_text
 from test_collect import TOKEN, admin, fixture  # noqa: F401 (admin: the replaying admin API)
 
 pytestmark = pytest.mark.slow
@@ -93,7 +94,7 @@ def canonical(rows: list[dict]) -> list[str]:
 @pytest.mark.heavy  # two whole DAG runs, 9 minutes on 2 cores; the failing and collection DAG runs stay in make test
 def test_daily_dag_end_to_end_then_rerun_changes_nothing(airflow_home, tmp_path):
     home = tmp_path / "var"
-    with SmtpSink(tmp_path / "mail") as sink, StageServer(airflow_env(airflow_home, home, sink.port), tmp_path / "server") as server:
+    with SmtpSink(tmp_path / "mail") as sink, ConnectServer(airflow_env(airflow_home, home, sink.port), tmp_path / "server") as server:
         env = airflow_env(airflow_home, home, sink.port, BROKERLENS_DAG_RETRIES="0", **server.environ)
         run_cli(env, "demo-data", "--date", DAY.isoformat(), "--scale", "0.01")
 
@@ -101,10 +102,10 @@ def test_daily_dag_end_to_end_then_rerun_changes_nothing(airflow_home, tmp_path)
         log = first.stdout + first.stderr
         assert first.returncode == 0, log[-6000:]
         assert task_states(airflow_home, DAY) == {s: "success" for s in STAGES}
-        # Each step ran on the stage server, and its log has its stage's summary
-        # (StageResult.render, printed by the CLI and copied line by line by the operator): the
-        # heading, then what it wrote.
-        assert len(re.findall(r"\] brokerlens \w+ .*--date 2026-11-21 on the stage server of", log)) == len(STAGES)
+        # Each step was a client of the Connect server, and its log has its stage's summary
+        # (StageResult.render, logged line by line by the operator): the heading, then what it
+        # wrote.
+        assert len(re.findall(r"\] brokerlens \w+ 2026-11-21 on Spark Connect \(spark_connect_default\)", log)) == len(STAGES)
         assert "Spark-Submit cmd" not in log
         for stage in STAGES:  # the heading of validate --layer bronze is "validate bronze <day>"
             assert re.search(rf"\] {stage.replace('_', ' ')} {DAY.isoformat()} +\[airflow\.task\.", log), stage
@@ -183,7 +184,7 @@ def test_a_failing_step_stops_the_later_ones_and_mails_the_failure(airflow_home,
     day = date(2026, 11, 22)
     with SmtpSink(tmp_path / "mail") as sink:
         # Retries as in production: a data failure must not be retried anyway.
-        env = airflow_env(airflow_home, home, sink.port, BROKERLENS_FAILURE_EMAIL="oncall@example.com")
+        env = airflow_env(airflow_home, home, sink.port, BROKERLENS_FAILURE_EMAIL="oncall@example.com", BROKERLENS_SPARK_SUBMIT="true")
         break_validation(env, home, day)
         run = dags_test(env, day)
         log = run.stdout + run.stderr
@@ -212,21 +213,21 @@ def test_a_failing_step_stops_the_later_ones_and_mails_the_failure(airflow_home,
 
 def stage_output(log: str) -> list[str]:
     """What the stage's command printed, as the task log shows it (the lines SparkSubmitHook
-    copies from spark-submit, or the operator from the stage server)."""
+    copies from spark-submit)."""
     task_logger = r"\[airflow\.task\.(?:hooks\.[\w.]*SparkSubmitHook|operators\.[\w.]*StageSubmitOperator)\]"
     lines = re.findall(rf"\] (.*?) +{task_logger}", log)
     return [line for line in lines if not line.startswith("Spark-Submit cmd")]
 
 
-@pytest.mark.parametrize("on_server", [False, True], ids=["spark-submit", "stage-server"])
-def test_a_stage_failure_ends_its_task_log_with_the_reason(airflow_home, tmp_path, on_server):
+@pytest.mark.parametrize("on_connect", [False, True], ids=["spark-submit", "spark-connect"])
+def test_a_stage_failure_ends_its_task_log_with_the_reason(airflow_home, tmp_path, on_connect):
     """Light: one task (report, on empty tables) through the DAG's operator, failing on a path
     that only the task's own environment names."""
     home, blocker = tmp_path / "var", tmp_path / "a-file"
     blocker.write_text("")
     day = date(2026, 11, 23)
     with SmtpSink(tmp_path / "mail") as sink, contextlib.ExitStack() as stack:
-        server = stack.enter_context(StageServer(airflow_env(airflow_home, home, sink.port), tmp_path / "server")) if on_server else None
+        server = stack.enter_context(ConnectServer(airflow_env(airflow_home, home, sink.port), tmp_path / "server")) if on_connect else None
         env = airflow_env(
             airflow_home,
             home,
@@ -234,13 +235,17 @@ def test_a_stage_failure_ends_its_task_log_with_the_reason(airflow_home, tmp_pat
             BROKERLENS_FAILURE_EMAIL="oncall@example.com",
             BROKERLENS_DAG_RETRIES="0",
             BROKERLENS_REPORTS_DIR=str(blocker / "reports"),
-            **(server.environ if server else {}),
+            **(server.environ if server else {"BROKERLENS_SPARK_SUBMIT": "true"}),
         )
         run = airflow("tasks", "test", "brokerlens_daily", "report", day.isoformat(), env=env, timeout=900)
     log = run.stdout + run.stderr
     assert "new_state=failed" in log, log[-3000:]
-    assert ("on the stage server of" in log) == on_server
-    reason = f"error: NotADirectoryError: [Errno 20] Not a directory: '{blocker / 'reports' / day.isoformat()}'"
+    assert ("on Spark Connect" in log) == on_connect
+    error = f"NotADirectoryError: [Errno 20] Not a directory: '{blocker / 'reports' / day.isoformat()}'"
+    if on_connect:  # the stage ran in the task's process: Airflow records its exception
+        assert error in log and "Spark-Submit cmd" not in log
+        return
+    reason = f"error: {error}"
     # The stage's last line is its reason; a user's mistake (a path) prints no stack trace.
     output = stage_output(log)
     assert output and output[-1] == reason, output[-5:]

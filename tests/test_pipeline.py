@@ -1,5 +1,5 @@
 """The stage registry: a stage works on the settings it is given and on nothing else. No stage
-reads settings of its own: only the edges (a command, an Airflow task, the stage server) read
+reads settings of its own: only the edges (a command, an Airflow task) read
 the environment's, and hand them down."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from brokerlens.settings import Settings
 
 PACKAGE = Path(__file__).resolve().parents[1] / "spark" / "brokerlens"
 # Where the environment's settings are read (get_settings / reload_settings): the edges.
-EDGES = {"cli.py", "airflow_support.py", "stage_server.py", "settings.py"}
+EDGES = {"cli.py", "airflow_support.py", "settings.py"}
 
 
 def test_a_stage_works_on_the_settings_it_is_given(tmp_path, brokerlens_home):

@@ -1,12 +1,16 @@
 """How a brokerlens stage becomes an Airflow task; the DAG files in ``dags/`` only wire these.
 
-- :class:`StageSubmitOperator` runs ``brokerlens <stage> [--layer L] --date {{ ds }}`` with spark-submit
-  (``brokerlens/submit.py``): the master comes from the ``spark_default`` connection, so moving
-  to a cluster changes the connection, not the code. The stage's summary (rows in and out,
-  quarantined, alerts sent) is on the command's stdout, which the operator copies to the task log.
-  With ``BROKERLENS_STAGE_SERVER`` (the address file of ``brokerlens serve``) the same command runs
-  on that long-running Spark application instead (``brokerlens/stage_server.py``): no JVM and
-  SparkContext to start per task.
+- :class:`StageOperator` runs ``brokerlens <stage> [--layer L]`` for ``{{ ds }}`` in the task's
+  own process, as a client of the Spark Connect server of the ``spark_connect_default``
+  connection (``brokerlens connect-server``, which ``infra/stack.sh`` starts): the stage's code,
+  settings, logs and progress are the task's, the JVM and its warm caches the server's. Its Spark
+  jobs carry a tag of the task's, by which a killed task's jobs are interrupted; tasks of
+  different days are sessions of their own and run at once.
+- :class:`StageSubmitOperator` runs the same command with spark-submit instead
+  (``brokerlens/submit.py``), a driver per task: the master comes from the ``spark_default``
+  connection, so moving to a cluster changes the connection, not the code. The stage's summary
+  (rows in and out, quarantined, alerts sent) is on the command's stdout, which the operator
+  copies to the task log.
 - :func:`stage_assets`: the Delta tables a step writes, as Airflow assets, so that other DAGs
   can be scheduled on them (``schedule=[Asset.ref(name="brokerlens.hole_alerts")]``).
 - :func:`notify_failure`: the ``on_failure_callback``, one mail through the SMTP connection.
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import os
+import uuid
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime, timedelta, timezone
@@ -29,7 +34,7 @@ from typing import Any
 
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-from airflow.sdk import Asset
+from airflow.sdk import Asset, BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from brokerlens.platform.schemas import table_schemas
@@ -42,6 +47,7 @@ SUBMIT_APP = Path(__file__).with_name("submit.py")
 STAGE_FAILED_EXIT = 1
 
 SPARK_CONN_ID = "spark_default"
+SPARK_CONNECT_CONN_ID = "spark_connect_default"
 
 # Which steps (stage, or stage_layer for a stage run one layer at a time) write a table follows
 # from its layer in schemas/tables/*.yaml; the exceptions are named here (validate keeps its
@@ -123,16 +129,65 @@ def with_session_jars(conf: dict[str, str]) -> dict[str, str]:
     return {**conf, "spark.jars": ",".join(jars)}
 
 
-def stage_server_file() -> Path | None:
-    """``BROKERLENS_STAGE_SERVER``: the address file of the stage server the tasks run on, if any."""
-    value = os.environ.get("BROKERLENS_STAGE_SERVER", "").strip()
-    return Path(value) if value else None
-
-
 def _tee(lines: Iterable[str], tail: deque[str]) -> Iterator[str]:
     for line in lines:
         tail.append(line.rstrip("\n"))
         yield line
+
+
+class StageOperator(BaseOperator):
+    """``brokerlens <stage> [--layer <layer>]`` for ``{{ ds }}`` in this task's process, on the
+    Spark Connect server of the ``conn_id`` connection (a ``spark_connect`` connection: host,
+    port, and a token for a server behind an authenticating proxy); the task is named
+    ``<stage>_<layer>`` when it runs one layer.
+
+    A stage that fails on its data (``StageFailed``, e.g. a critical expectation) fails the task
+    at once with the stage's own summary as the error; any other failure (a lost server, a
+    network error) is retried with back-off. A killed task interrupts its Spark jobs.
+    """
+
+    template_fields = ("day",)
+
+    def __init__(self, *, stage: str, layer: str | None = None, connections: Iterable[str] = (), conn_id: str = SPARK_CONNECT_CONN_ID, **kwargs: Any) -> None:
+        step = f"{stage}_{layer}" if layer else stage
+        kwargs.setdefault("task_id", step)
+        kwargs.setdefault("outlets", stage_assets(step))
+        super().__init__(**kwargs)
+        self.stage, self.layer, self.connections, self.conn_id = stage, layer, tuple(connections), conn_id
+        self.day = "{{ ds }}"
+        self._spark: Any = None
+        self._tag = ""
+
+    def execute(self, context: Any) -> None:
+        from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
+
+        from brokerlens.pipeline import run_stage
+        from brokerlens.platform.spark import connect
+        from brokerlens.platform.stage import StageFailed
+
+        # The stage finds its connections (alert: SMTP) where a command would, in the environment.
+        os.environ.update(connection_environ(self.connections))
+        settings = get_settings()
+        day = datetime.strptime(self.day, "%Y-%m-%d").date()
+        self._spark = connect(SparkConnectHook(self.conn_id).get_connection_url(), settings)
+        self._tag = f"brokerlens-{self.task_id}-{self.day}-{uuid.uuid4().hex[:8]}"
+        self._spark.addTag(self._tag)
+        self.log.info("brokerlens %s %s on Spark Connect (%s), jobs tagged %s", self.task_id, self.day, self.conn_id, self._tag)
+        try:
+            result = run_stage(self.stage, day, settings, self._spark, **({"layer": self.layer} if self.layer else {}))
+        except StageFailed as exc:
+            raise AirflowFailException(f"{self.stage} failed (not retried):\n{exc}") from None
+        finally:
+            self._spark.removeTag(self._tag)
+        for line in result.render().splitlines():
+            self.log.info("%s", line)
+
+    def on_kill(self) -> None:
+        """Interrupt the stage's running Spark jobs, then end the session: a stage's other
+        threads would otherwise go on to start new ones while the task is being stopped."""
+        if self._spark is not None:
+            self._spark.interruptTag(self._tag)
+            self._spark.stop()
 
 
 class StageSubmitOperator(SparkSubmitOperator):
@@ -141,7 +196,7 @@ class StageSubmitOperator(SparkSubmitOperator):
 
     A stage that fails on its data (exit code 1, e.g. a critical expectation) fails the task at
     once with the stage's own summary as the error; any other failure (a lost JVM, a busy
-    cluster, an unreachable stage server) is retried with back-off.
+    cluster) is retried with back-off.
     """
 
     def __init__(self, *, stage: str, layer: str | None = None, connections: Iterable[str] = (), **kwargs: Any) -> None:
@@ -159,9 +214,6 @@ class StageSubmitOperator(SparkSubmitOperator):
         self.connections = tuple(connections)
 
     def execute(self, context: Any) -> None:
-        server = stage_server_file()
-        if server is not None:
-            return self._execute_on_server(server)
         tail: deque[str] = deque(maxlen=60)
         if self.connections:
             self.env_vars = {**(self.env_vars or {}), **self._connection_env()}
@@ -188,38 +240,6 @@ class StageSubmitOperator(SparkSubmitOperator):
             raise AirflowFailException(f"{self.stage} failed (not retried):\n{summary}")
         code = f" (exit code {returncode})" if returncode is not None else ""
         raise AirflowException(f"{self.stage} failed{code}:\n{summary}")
-
-    def _execute_on_server(self, address_file: Path) -> None:
-        """The command on the stage server, its output line by line in the task log. The stage
-        gets this task's ``BROKERLENS_*`` variables and its connections, as a spark-submit would."""
-        from brokerlens.stage_server import StageServerError, run_remote
-
-        tail: deque[str] = deque(maxlen=60)
-        environ = {k: v for k, v in os.environ.items() if k.startswith("BROKERLENS_") and k != "BROKERLENS_STAGE_SERVER"}
-        environ.update(connection_environ(self.connections))
-
-        def on_line(line: str) -> None:
-            tail.append(line)
-            self.log.info("%s", line)
-
-        def keep(connection: Any) -> None:
-            self._server_connection = connection
-
-        argv = [str(a) for a in self.application_args]
-        self.log.info("brokerlens %s on the stage server of %s", " ".join(argv), address_file)
-        try:
-            returncode = run_remote(address_file, argv, environ, on_line, keep)
-        except StageServerError as exc:
-            raise AirflowException(f"{self.stage}: {exc}") from None
-        if returncode != 0:
-            self._fail(returncode, _error_summary(tail))
-
-    def on_kill(self) -> None:
-        connection = getattr(self, "_server_connection", None)
-        if connection is not None:  # the server cancels the stage's Spark jobs when it sees this
-            connection.close()
-        else:
-            super().on_kill()
 
     def _connection_env(self) -> dict[str, str]:
         """The stage's connections (e.g. SMTP for ``alert``) for the spark-submit process, as

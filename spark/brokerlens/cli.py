@@ -10,7 +10,6 @@ import sys
 import traceback
 from datetime import date, datetime
 from enum import Enum
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -241,23 +240,6 @@ def docs(
     typer.echo(f"{path} {'written' if changed else 'unchanged'}")
 
 
-@app.command()
-def serve(
-    address_file: Annotated[
-        Path | None, typer.Option(help="Where to write the server's address and token (mode 0600; default $BROKERLENS_HOME/run/stage-server.json).")
-    ] = None,
-    port: Annotated[int, typer.Option(help="Port on 127.0.0.1 (default: a free one, named in the address file).")] = 0,
-    warm_up: Annotated[
-        bool, typer.Option(help="First run the daily stages on a small generated day in a scratch folder, so that the first real day runs on a warm JVM.")
-    ] = True,
-) -> None:
-    """Run the daily stages for Airflow's tasks in one long-running Spark application (the DAG's
-    tasks use it when BROKERLENS_STAGE_SERVER names its address file); stops on SIGTERM."""
-    from brokerlens.stage_server import serve as serve_stages
-
-    raise typer.Exit(serve_stages(main, address_file, port, warm_up))
-
-
 @app.command("connect-server")
 def connect_server(
     port: Annotated[int | None, typer.Option(help="Port (default: settings spark.connect_port, 15002).")] = None,
@@ -268,6 +250,17 @@ def connect_server(
     from brokerlens.settings import get_settings
 
     exec_server(get_settings(), port)
+
+
+@app.command("warm-up")
+def warm_up() -> None:
+    """Run the daily stages once on a small generated day in a scratch folder, so that the first
+    real day runs on a warm JVM (after `brokerlens connect-server`, with spark.remote set)."""
+    from brokerlens.pipeline import warm_up as warm_up_stages
+    from brokerlens.settings import get_settings
+
+    settings = get_settings()
+    typer.echo(f"warmed up in {warm_up_stages(_spark(settings), settings):.1f} s")
 
 
 @app.command("vacuum")
@@ -328,7 +321,7 @@ def main(log_to_file: bool = True, argv: list[str] | None = None) -> None:
     an Airflow task's log). The stack trace of an unexpected error goes to the log file, or to
     stderr with --verbose and under spark-submit (``log_to_file=False``, stderr is the task log);
     a user's mistake needs none there. ``argv``: the arguments, if not the process's (the stage
-    server runs commands in its own process)."""
+    bench runs it in its own process)."""
     global _log_to_file
     _log_to_file = log_to_file
     redact.install()  # no secret in any line this command prints or logs

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import importlib
 import logging
+import tempfile
 import time
 from collections.abc import Callable
 from datetime import date
+from pathlib import Path
 
 from pyspark.sql import SparkSession
 
@@ -62,3 +64,25 @@ def run_stage(name: str, day: date | None, settings: Settings, spark: SparkSessi
     result.metrics.setdefault("seconds", round(time.monotonic() - started, 1))
     log.info("%s %s: done in %ss", name, day or "", result.metrics["seconds"])
     return result
+
+
+# The warm-up's generated day: small, but every stage's every path (quarantine, alerts, report).
+WARM_UP_DAY, WARM_UP_SCALE = date(2026, 1, 1), 0.01
+
+
+def warm_up(spark: SparkSession, settings: Settings) -> float:
+    """The daily stages on a generated day in a scratch folder, every path of it there (never
+    the real lake); seconds taken. A JVM's first run of a stage compiles and loads what later
+    runs reuse: on a new Spark Connect server the first day would take half again as long as
+    the next. The folder is this machine's, so the server must be on it too."""
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="brokerlens-warm-up-") as scratch:
+        folders = dict.fromkeys(("landing_dir", "lake_dir", "quarantine_dir", "reports_dir", "outbox_dir"))
+        scratch_settings = settings.model_copy(update={"home": Path(scratch), **folders})
+        run_stage("demo-data", WARM_UP_DAY, scratch_settings, scale=WARM_UP_SCALE)
+        for stage, layer in DAILY_STEPS:
+            options: dict[str, object] = {"layer": layer} if layer else {}
+            if stage == "alert":
+                options["dry_run"] = True  # no mail about a made-up day
+            run_stage(stage, WARM_UP_DAY, scratch_settings, spark, **options)
+    return time.monotonic() - started

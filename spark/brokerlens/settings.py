@@ -1,6 +1,6 @@
 """brokerlens' settings: the platform's (folders, Spark) and every step's section, read from the
 environment and the settings file (brokerlens.platform.settings says how). Only the edges read
-them: a command, an Airflow task, the stage server, the bench. Each stage and table function is
+them: a command, an Airflow task, the bench. Each stage and table function is
 given them by its caller and declares, by its step's settings class, which sections it reads."""
 
 from __future__ import annotations

@@ -3,8 +3,9 @@
 
 Everything else in brokerlens speaks the DataFrame and SQL API only, which a Spark Connect
 client also has; what is here is what only a classic session's driver has: its JVM's classes,
-memory and log level, and a stage server's job groups. (Gold dispatch's scan is a SQL table function, registered by
-``spark.sql.extensions``: see ``DispatchScanExtension.scala``.)
+memory, log level and plans, for the session's own checks and the bench. (Gold dispatch's scan
+is a SQL table function, registered by ``spark.sql.extensions``: see
+``DispatchScanExtension.scala``.)
 """
 
 from __future__ import annotations
@@ -31,23 +32,6 @@ def set_log_level(spark: SparkSession, level: str) -> None:
 def executed_plan(frame: DataFrame) -> str:
     """The frame's physical plan as Spark prints it, one operator a line."""
     return frame._jdf.queryExecution().executedPlan().treeString()
-
-
-def set_job_group(spark: SparkSession, group: str, description: str) -> None:
-    """This thread's Spark jobs from now on belong to ``group`` (cancelled together)."""
-    spark.sparkContext.setJobGroup(group, description, interruptOnCancel=True)
-
-
-def cancel_job_group(spark: SparkSession, group: str) -> None:
-    spark.sparkContext.cancelJobGroup(group)
-
-
-def context_stopped(spark: SparkSession) -> bool:
-    return spark.sparkContext._jsc.sc().isStopped()
-
-
-def master(spark: SparkSession) -> str:
-    return str(spark.sparkContext.master)
 
 
 def default_parallelism(spark: SparkSession) -> int:

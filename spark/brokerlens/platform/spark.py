@@ -223,8 +223,8 @@ def _class_archive_session(archive: str, home: str) -> None:
 
 def in_parallel(spark: SparkSession, calls: Sequence[Callable[[], _T]], threads: int = STAGE_THREADS) -> Iterator[_T]:
     """The results of ``calls``, in their order, each run in one of ``threads`` threads of this
-    Spark application. The threads take the caller's Spark job group and local properties (the
-    stage server cancels a stage by its group). The first failure is raised once the calls
+    Spark application. The threads take the caller's local properties, or on Spark Connect its
+    tags (by which an Airflow task interrupts its stage's jobs). The first failure is raised once the calls
     already started have ended."""
     with ThreadPoolExecutor(threads) as pool:
         # A wrapper per call: PySpark copies the caller's local properties once per wrapper and
@@ -244,7 +244,7 @@ def in_parallel(spark: SparkSession, calls: Sequence[Callable[[], _T]], threads:
 def persisted(frame: DataFrame, level: StorageLevel = StorageLevel.MEMORY_AND_DISK_DESER) -> Iterator[DataFrame]:
     """``frame`` persisted at ``level`` (``DataFrame.cache``'s by default) for the block, and
     unpersisted when it ends, by an error too: a stage that fails leaves nothing in the storage of
-    a session that goes on (the stage server's serves every stage)."""
+    a session that goes on (a Spark Connect server's serves every stage)."""
     kept = frame.persist(level)
     try:
         yield kept
