@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         "--no-dag",
         dest="dag",
         action="store_false",
-        help="skip the demo day through the daily DAG (infra/stack.sh run-day, on the stage server and with a spark-submit per task)",
+        help="skip the demo day through the daily DAG (infra/stack.sh run-day, its tasks Spark Connect clients and with a spark-submit per task)",
     )
     parser.add_argument(
         "--large-partitions", type=int, default=LARGE_PARTITIONS, help="topic partitions of the large day (x 3 subscriptions, 10 brokers; 0: skip)"

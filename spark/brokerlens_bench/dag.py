@@ -1,5 +1,6 @@
-"""The demo day through the real daily DAG (``infra/stack.sh run-day``), on the stage server
-and with a spark-submit per task, with each task's fixed cost from Spark's event log."""
+"""The demo day through the real daily DAG (``infra/stack.sh run-day``), its tasks clients of
+the Spark Connect server and with a spark-submit per task, with each task's fixed cost from
+Spark's event log."""
 
 from __future__ import annotations
 
@@ -49,7 +50,7 @@ def spark_applications(events: Path) -> list[dict]:
 
 def task_fixed_cost(start: float, end: float, apps: list[dict]) -> dict:
     """A task's fixed cost: from its start to its first Spark job, and of that, the time to its
-    own SparkContext (a spark-submit's; none on the stage server, whose application was up)."""
+    own SparkContext (a spark-submit's; none on the Connect server, whose application was up)."""
     jobs = [j for a in apps for j in a["jobs"] if start <= j <= end]
     if not jobs:
         return {}
@@ -60,14 +61,14 @@ def task_fixed_cost(start: float, end: float, apps: list[dict]) -> dict:
     }
 
 
-_SERVER_READY = re.compile(r"^stack: stage server ready in (\d+) s")
+_SERVER_READY = re.compile(r"^stack: Spark Connect server ready on \S+ in (\d+) s")
 
 
-def bench_dag(work: Path, day: date, stage_server: bool = True) -> dict:
+def bench_dag(work: Path, day: date, connect: bool = True) -> dict:
     """The demo day through the real daily DAG, as ``make run`` runs it (``infra/stack.sh run-day
-    --demo-data``: ``airflow dags test``, mail to the stack's SMTP sink), the tasks on the stage
-    server (started and warmed up before the DAG, its time reported apart) or, with
-    ``stage_server=False``, each a spark-submit. Per task: wall seconds and the fixed cost (task
+    --demo-data``: ``airflow dags test``, mail to the stack's SMTP sink), the tasks clients of
+    the Spark Connect server (started and warmed up before the DAG, its time reported apart) or,
+    with ``connect=False``, each a spark-submit. Per task: wall seconds and the fixed cost (task
     start to its first Spark job, from Spark's event log)."""
     home = work / "dag-home"
     shutil.rmtree(home, ignore_errors=True)
@@ -80,9 +81,8 @@ def bench_dag(work: Path, day: date, stage_server: bool = True) -> dict:
         "PYTHONUNBUFFERED": "1",  # step lines as they happen: their arrival times are measured
         "BROKERLENS_SPARK__CONF": json.dumps({"spark.eventLog.enabled": "true", "spark.eventLog.dir": events.as_uri(), "spark.eventLog.compress": "false"}),
     }
-    env.pop("BROKERLENS_STAGE_SERVER", None)  # stack.sh's own server, in this home
-    if not stage_server:
-        env["BROKERLENS_STAGE_SERVER"] = ""
+    env["BROKERLENS_SPARK_SUBMIT"] = str(not connect).lower()
+    env["BROKERLENS_SPARK__CONNECT_PORT"] = str(_free_port())
     started = dag_started = time.time()
     tasks: dict[str, dict] = {}
     output: list[str] = []
@@ -121,9 +121,9 @@ def bench_dag(work: Path, day: date, stage_server: bool = True) -> dict:
     shutil.rmtree(home, ignore_errors=True)
     return {
         "day": day.isoformat(),
-        "tasks_run_on": "the stage server" if stage_server else "a spark-submit each",
-        # The stage server's start, warm-up included: once per server, not per day.
-        **({"stage_server_start_seconds": server_seconds} if stage_server else {}),
+        "tasks_run_on": "Spark Connect clients" if connect else "a spark-submit each",
+        # The Connect server's start, warm-up included: once per server, not per day.
+        **({"connect_server_start_seconds": server_seconds} if connect else {}),
         "wall_seconds": round(wall, 1),  # demo data, Airflow's database, the server's start, the DAG run
         "dag_seconds": round(started + wall - dag_started, 1),  # `airflow dags test` alone
         "tasks": stages,

@@ -50,8 +50,8 @@ def markdown(results: dict) -> str:
         dag = results.get(section)
         if isinstance(dag, dict) and "tasks" in dag:
             server = (
-                f"; the stage server started, warm-up included, in {dag['stage_server_start_seconds']} s before it"
-                if dag.get("stage_server_start_seconds") is not None
+                f"; the Spark Connect server started, warm-up included, in {dag['connect_server_start_seconds']} s before it"
+                if dag.get("connect_server_start_seconds") is not None
                 else ""
             )
             lines.append(

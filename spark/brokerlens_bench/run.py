@@ -142,7 +142,7 @@ def run(
         if dag:
             results["dag"] = _guarded("dag", lambda: bench_dag(work, day))
             save()
-            results["dag_spark_submit"] = _guarded("dag_spark_submit", lambda: bench_dag(work, day, stage_server=False))
+            results["dag_spark_submit"] = _guarded("dag_spark_submit", lambda: bench_dag(work, day, connect=False))
             save()
         if interceptor_rounds:
             results["interceptor"] = _guarded("interceptor", lambda: bench_interceptor(work, interceptor_rounds, interceptor_seconds, interceptor_warmup))
@@ -177,7 +177,10 @@ def targets(results: dict) -> dict:
         largest = max(results["sizes"], key=lambda size: size["input_rows"])
         for name in ("dispatch_periods/plain_pass", "dispatch_periods/duckdb"):
             out[f"{name} at {largest['input_rows']:,} records"] = largest["ratios"][name]
-    for section, name in (("dag", "demo day through the DAG (stage server), s"), ("dag_spark_submit", "demo day through the DAG (a spark-submit per task), s")):
+    for section, name in (
+        ("dag", "demo day through the DAG (Spark Connect clients), s"),
+        ("dag_spark_submit", "demo day through the DAG (a spark-submit per task), s"),
+    ):
         dag = results.get(section)
         if isinstance(dag, dict) and "tasks" in dag:
             out[name] = dag["dag_seconds"]

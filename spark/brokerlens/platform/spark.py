@@ -135,12 +135,10 @@ def connect(url: str, settings: PlatformSettings) -> SparkSession:
             "in spark.sql.extensions: start it with `brokerlens connect-server`, or with "
             "--jars $(python -m brokerlens.platform.jars | paste -sd,) and brokerlens' APPLICATION_CONF"
         )
-    for key, value in {
-        **SESSION_CONF,
-        "spark.sql.shuffle.partitions": str(settings.spark.shuffle_partitions),
-        **settings.spark.conf,
-        SESSION_ZONE: "UTC",
-    }.items():
+    # A session sets SQL settings (Spark's and Delta's); the rest of spark.conf is the server's.
+    sql_conf = {k: v for k, v in settings.spark.conf.items() if k.startswith(("spark.sql.", "spark.databricks."))}
+    shuffle = {"spark.sql.shuffle.partitions": str(settings.spark.shuffle_partitions)}
+    for key, value in {**SESSION_CONF, **shuffle, **sql_conf, SESSION_ZONE: "UTC"}.items():
         spark.conf.set(key, value)
     return spark
 
