@@ -29,7 +29,7 @@ test: bootstrap lint ## make lint, then the test suite (all but the heavy tests)
 	$(VENV)/pytest -m "not heavy" -n 2 $(PYTEST_ARGS)
 
 ## make test-all: make test and the heavy tests (the wheel in a fresh venv, the standalone Spark
-## cluster, the bench harness end to end, the daily DAG run twice, the stage server, the docs'
+## cluster, the bench harness end to end, the daily DAG run twice, the docs'
 ## example queries): before a release, or when one of those changes
 test-all: bootstrap lint ## every test, the heavy ones included
 	infra/install-test-tools.sh
@@ -49,7 +49,7 @@ run: bootstrap ## demo data for DAY (yesterday), then the daily Airflow DAG on i
 	infra/stack.sh run-day $(DAY) --demo-data
 
 ## make stack-up / stack-down: Airflow standalone (UI on 127.0.0.1:8080) and the SMTP sink
-stack-up: bootstrap ## Airflow standalone, the SMTP sink and the stage server
+stack-up: bootstrap ## Airflow standalone, the SMTP sink and the Spark Connect server
 	infra/stack.sh up
 
 stack-down: ## stop them

@@ -17,7 +17,7 @@ pytest_plugins = ["alert_helpers", "report_data"]
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 # Tests must not pick up a developer's settings file.
 os.environ.pop("BROKERLENS_CONFIG", None)
-# The brokerlens processes tests start (commands, stage servers, the DAG's spark-submits) each
+# The brokerlens processes tests start (commands, Connect servers, the DAG's spark-submits) each
 # run a small day or a query once, in a new JVM: with the quick compiler only, a cold
 # `brokerlens sql` took 10.2 s against 14.2-20.4 s, a cold report 28 s against 32-37 s
 # (2026-11-27, 2 cores). The tests' own session keeps the JVM's default (see spark below).

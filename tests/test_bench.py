@@ -225,11 +225,11 @@ def test_spark_applications_from_a_real_event_log():
     assert app == {"start": 1795477516.045, "jobs": [1795477518.854, 1795477519.395], "end": 1795477580.074}
 
 
-def test_task_fixed_cost_on_its_own_application_or_on_the_stage_server():
+def test_task_fixed_cost_on_its_own_application_or_on_the_connect_server():
     app = {"start": 1795477516.045, "jobs": [1795477518.854, 1795477519.395], "end": 1795477580.074}
     # A spark-submit task started at ...514.0: its application came up 2.0 s in, its first job 4.9 s in.
     assert bench.task_fixed_cost(1795477514.0, 1795477581.0, [app]) == {"fixed_seconds": 4.9, "to_spark_context_seconds": 2.0}
-    # A task on the stage server (its application up before it): only its own jobs count.
+    # A task on the Spark Connect server (its application up before it): only its own jobs count.
     assert bench.task_fixed_cost(1795477519.0, 1795477530.0, [app]) == {"fixed_seconds": 0.4, "to_spark_context_seconds": 0.0}
     # A task that ran no Spark job has no figure.
     assert bench.task_fixed_cost(1795477520.0, 1795477530.0, [app]) == {}

@@ -1,6 +1,8 @@
 """A real Spark standalone cluster on 127.0.0.1 (master and worker from pyspark's own launcher
-classes): the daily stages run through the same spark-submit command the DAG uses, with only
-the master changed, and every gold table comes out row for row as in local mode."""
+classes): the daily stages run through the same spark-submit command the DAG's
+StageSubmitOperator uses, with only the master changed, and as clients of a Spark Connect server
+whose application runs on the cluster (the DAG's StageOperator); every gold table comes out row
+for row as in local mode."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from pathlib import Path
 
 import pyspark
 import pytest
-from airflow_harness import REPO, free_port
+from airflow_harness import REPO, ConnectServer, free_port
 from deltalake import DeltaTable
 
 from brokerlens.platform.jars import session_jars
@@ -123,7 +125,25 @@ def test_daily_stages_on_a_standalone_cluster_match_local_mode(cluster, tmp_path
     with ThreadPoolExecutor(2) as pool:
         for done in [pool.submit(land_and_build, "local", "local[2]"), pool.submit(land_and_build, "cluster", cluster)]:
             done.result()
-    local, on_cluster = gold_rows(homes["local"]), gold_rows(homes["cluster"])
+    # Then as Spark Connect clients, the server's application on the cluster (after the others:
+    # an application takes all of the worker's cores).
+    homes["connect"] = tmp_path / "connect"
+    homes["connect"].mkdir()
+    os.symlink(homes["local"] / "landing", homes["connect"] / "landing")
+    env = {
+        **os.environ,
+        "BROKERLENS_HOME": str(homes["connect"]),
+        "BROKERLENS_SPARK__MASTER": cluster,
+        "BROKERLENS_SPARK__CONF": json.dumps({"spark.executor.memory": "1g"}),
+    }
+    with ConnectServer(env, tmp_path / "connect-server") as server:
+        for stage in ("land", "build"):
+            command = [str(Path(sys.executable).with_name("brokerlens")), stage, "--date", DAY.isoformat()]
+            proc = subprocess.run(command, env={**env, "BROKERLENS_SPARK__REMOTE": server.url}, capture_output=True, text=True, timeout=1800)
+            assert proc.returncode == 0, proc.stderr[-5000:]
+    local = gold_rows(homes["local"])
     assert local["dispatch_periods"] and local["cursor_ranges"] and local["hole_alerts"]
-    for table in GOLD:
-        assert on_cluster[table] == local[table], table
+    for mode in ("cluster", "connect"):
+        got = gold_rows(homes[mode])
+        for table in GOLD:
+            assert got[table] == local[table], (mode, table)

@@ -70,7 +70,8 @@ def check_every_job_is_in_the_callers_group(sc, ungrouped_before: set[int]) -> N
 def test_land_fixture_day(spark, every_metric_family, settings):
     """One landing of the fixture day (landing is the slow part), every assertion on it."""
     install_fixtures(settings, "2026-11-21")
-    # Under a job group, as the stage server runs a stage (it cancels the stage by it).
+    # Under a job group: every job of the stage's threads is in it (in_parallel hands the
+    # caller's down, as it hands a Spark Connect client's tags, by which a killed task interrupts them).
     sc = spark.sparkContext
     ungrouped_before = set(sc.statusTracker().getJobIdsForGroup())
     sc.setJobGroup("land-under-test", "land")

@@ -182,7 +182,7 @@ def test_survey_measures_records_and_leaves_the_days_metadata(tmp_path):
 @pytest.mark.slow
 def test_a_failed_land_leaves_no_parsed_rows_persisted(spark, settings, monkeypatch):
     """Each kind's parsed rows are persisted on disk until the quarantine is written; a land that
-    fails there unpersists every kind's all the same (the stage server's session goes on)."""
+    fails there unpersists every kind's all the same (a Spark Connect server's session goes on)."""
     day = install_fixtures(settings, "2026-11-21") / "2026-11-21"
     for kind in ("internal-stats", "metrics", "producer-stats", "topic-stats"):
         shutil.rmtree(day / kind)  # two kinds are enough, and quicker

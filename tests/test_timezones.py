@@ -17,7 +17,7 @@ One small demo day, plus dispatch records at the very edges of the day, is lande
   report's generation time and the mail's Date).
 
 Kolkata's commands run in a process started under its zone (tests/zone_phases.py; one JVM, not
-one per command, as the DAG's tasks do on the stage server). UTC's and Los Angeles' run at the
+one per command, as the DAG's tasks do on the Spark Connect server). UTC's and Los Angeles' run at the
 same time in this process, on the test session, each zone set by ``time.tzset`` (Python's local
 time; the session's JVM is in UTC whatever its zone, as every brokerlens JVM is).
 """
