@@ -65,3 +65,22 @@ def test_a_local_session_maps_the_class_archive_the_bootstrap_recorded(spark):
     assert f"-XX:SharedArchiveFile={archive}" in list(jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments())
     # "sharing": the JVM mapped an archive ("mixed mode" alone with a file that is no archive).
     assert "sharing" in jvm.java.lang.System.getProperty("java.vm.info")
+
+
+def test_the_connect_servers_command_has_our_jars_and_settings():
+    """``brokerlens connect-server``: Spark's Connect server by spark-submit, with the session's
+    JARs, the application's and the sessions' settings, on the settings' address and port."""
+    from brokerlens.platform.connect_server import SERVER_CLASS, server_command
+    from brokerlens.platform.settings import PlatformSettings, SparkSettings
+    from brokerlens.platform.spark import APPLICATION_CONF, SESSION_CONF
+
+    settings = PlatformSettings(spark=SparkSettings(master="spark://m:7077", driver_memory="3g", conf={"spark.executor.memory": "1g"}))
+    command = server_command(settings, 15555)
+    assert command[0].endswith("/bin/spark-submit") and command[-1] == "spark-internal"
+    options = dict(zip(command[1:-1:2], command[2:-1:2]))
+    assert (options["--class"], options["--master"], options["--driver-memory"]) == (SERVER_CLASS, "spark://m:7077", "3g")
+    assert options["--jars"].split(",") == [str(p) for p in jars.session_jars()]
+    conf = dict(value.split("=", 1) for flag, value in zip(command[1:-1], command[2:-1]) if flag == "--conf")
+    assert conf.items() >= {**APPLICATION_CONF, **SESSION_CONF}.items()
+    assert conf["spark.connect.grpc.binding.address"] == "127.0.0.1" and conf["spark.connect.grpc.binding.port"] == "15555"
+    assert conf["spark.executor.memory"] == "1g" and conf["spark.sql.session.timeZone"] == "UTC"
