@@ -4,7 +4,7 @@ session's JARs and SQL settings, Delta's and brokerlens' extensions):
 - gold dispatch's scan for a client that has no py4j, with the hand-worked day's numbers
   (test_dispatch_scan's);
 - a backfill's two days landed at once, each client a session of its own, giving the tables
-  that serial runs give;
+  that serial runs in a local session give;
 - a killed Airflow task (the DAG's operator) interrupting its stage's Spark jobs by their tag."""
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ from airflow_harness import REPO, VENV_BIN, ConnectServer
 from test_daily_dag_e2e import canonical, table_snapshot
 
 from brokerlens.airflow_support import stage_tables
+from brokerlens.pipeline import run_stage
+from brokerlens.settings import Settings
 
 pytestmark = pytest.mark.slow
 
@@ -100,13 +102,15 @@ def commit_times(lake: Path, day: date) -> list[int]:
     ]
 
 
-def test_two_days_land_at_once_each_a_session_of_its_own_as_serial_runs_do(connect_server, tmp_path):
+def test_two_days_land_at_once_each_a_session_of_its_own_as_serial_runs_do(connect_server, spark, tmp_path):
     landing = demo_landing(tmp_path, 0.01, D1, D2)
     runs = [brokerlens(client_env(connect_server, tmp_path / "parallel", landing), "land", "--date", day.isoformat()) for day in (D1, D2)]
     for run in runs:
         finished(run)
+    # The same days one after the other, in this process's local session.
+    serial = Settings(home=tmp_path / "serial", landing_dir=landing)
     for day in (D1, D2):
-        finished(brokerlens(client_env(connect_server, tmp_path / "serial", landing), "land", "--date", day.isoformat()))
+        run_stage("land", day, serial, spark)
     # At the same time: each day's commits began before the other's ended (one after the
     # other, one day's would all come first).
     first, second = commit_times(tmp_path / "parallel" / "lake", D1), commit_times(tmp_path / "parallel" / "lake", D2)

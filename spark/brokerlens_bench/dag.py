@@ -121,7 +121,7 @@ def bench_dag(work: Path, day: date, connect: bool = True) -> dict:
     shutil.rmtree(home, ignore_errors=True)
     return {
         "day": day.isoformat(),
-        "tasks_run_on": "Spark Connect clients" if connect else "a spark-submit each",
+        "tasks_run_on": "Spark Connect, clients of one server" if connect else "a spark-submit each",
         # The Connect server's start, warm-up included: once per server, not per day.
         **({"connect_server_start_seconds": server_seconds} if connect else {}),
         "wall_seconds": round(wall, 1),  # demo data, Airflow's database, the server's start, the DAG run
