@@ -135,6 +135,15 @@ def _tee(lines: Iterable[str], tail: deque[str]) -> Iterator[str]:
         yield line
 
 
+def _step_defaults(stage: str, layer: str | None, kwargs: dict[str, Any]) -> str:
+    """A step's name (``<stage>_<layer>`` when it runs one layer), and in ``kwargs`` its task id
+    and the tables it writes as outlets, unless given; either operator's."""
+    step = f"{stage}_{layer}" if layer else stage
+    kwargs.setdefault("task_id", step)
+    kwargs.setdefault("outlets", stage_assets(step))
+    return step
+
+
 class StageOperator(BaseOperator):
     """``brokerlens <stage> [--layer <layer>]`` for ``{{ ds }}`` in this task's process, on the
     Spark Connect server of the ``conn_id`` connection (a ``spark_connect`` connection: host,
@@ -149,9 +158,7 @@ class StageOperator(BaseOperator):
     template_fields = ("day",)
 
     def __init__(self, *, stage: str, layer: str | None = None, connections: Iterable[str] = (), conn_id: str = SPARK_CONNECT_CONN_ID, **kwargs: Any) -> None:
-        step = f"{stage}_{layer}" if layer else stage
-        kwargs.setdefault("task_id", step)
-        kwargs.setdefault("outlets", stage_assets(step))
+        _step_defaults(stage, layer, kwargs)
         super().__init__(**kwargs)
         self.stage, self.layer, self.connections, self.conn_id = stage, layer, tuple(connections), conn_id
         self.day = "{{ ds }}"
@@ -200,9 +207,7 @@ class StageSubmitOperator(SparkSubmitOperator):
     """
 
     def __init__(self, *, stage: str, layer: str | None = None, connections: Iterable[str] = (), **kwargs: Any) -> None:
-        step = f"{stage}_{layer}" if layer else stage
-        kwargs.setdefault("task_id", step)
-        kwargs.setdefault("outlets", stage_assets(step))
+        step = _step_defaults(stage, layer, kwargs)
         kwargs.setdefault("conn_id", SPARK_CONN_ID)
         super().__init__(
             application=str(SUBMIT_APP),

@@ -22,7 +22,7 @@ import pyspark
 
 from .jars import session_jars
 from .settings import PlatformSettings
-from .spark import SESSION_ZONE, SQL_CONF, java_options
+from .spark import application_conf, java_options
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 SPARK_HOME = Path(pyspark.__file__).parent
@@ -32,16 +32,12 @@ def server_command(settings: PlatformSettings, port: int | None = None) -> list[
     """spark-submit's command line for the server of ``settings`` (on ``port`` if given)."""
     spark = settings.spark
     conf = {
-        **SQL_CONF,
-        SESSION_ZONE: "UTC",
-        "spark.sql.shuffle.partitions": str(spark.shuffle_partitions),
-        "spark.ui.enabled": str(spark.ui).lower(),
         "spark.driver.host": spark.connect_host,
         "spark.driver.bindAddress": spark.connect_host,
         "spark.connect.grpc.binding.address": spark.connect_host,
         "spark.connect.grpc.binding.port": str(port or spark.connect_port),
         "spark.executor.extraJavaOptions": java_options(),
-        **spark.conf,
+        **application_conf(settings),
     }
     command = [str(SPARK_HOME / "bin" / "spark-submit"), "--class", SERVER_CLASS, "--name", spark.app_name]
     command += ["--master", spark.master, "--driver-memory", spark.driver_memory]

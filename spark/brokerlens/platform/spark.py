@@ -110,9 +110,7 @@ def get_spark(settings: PlatformSettings) -> SparkSession:
             .config("spark.driver.extraJavaOptions", f"{java_opts} {class_archive_options(jars)} {settings.spark.driver_java_options}".strip())
             .config("spark.executor.extraJavaOptions", java_opts)
         )
-    builder = builder.config("spark.sql.shuffle.partitions", str(settings.spark.shuffle_partitions))
-    builder = builder.config("spark.ui.enabled", str(settings.spark.ui).lower())
-    for key, value in {**SQL_CONF, **settings.spark.conf, SESSION_ZONE: "UTC"}.items():
+    for key, value in application_conf(settings).items():
         builder = builder.config(key, value)
     if local:
         builder = builder.config("spark.jars", ",".join(str(p) for p in jars))
@@ -120,6 +118,13 @@ def get_spark(settings: PlatformSettings) -> SparkSession:
     jvm.set_log_level(spark, "WARN")
     _check_jars(spark)
     return spark
+
+
+def application_conf(settings: PlatformSettings) -> dict[str, str]:
+    """The Spark settings of an application brokerlens starts (a local session's, a Connect
+    server's): ours, then the settings' Spark section over them, in UTC whatever it says."""
+    shuffle, ui = str(settings.spark.shuffle_partitions), str(settings.spark.ui).lower()
+    return {"spark.sql.shuffle.partitions": shuffle, "spark.ui.enabled": ui, **SQL_CONF, **settings.spark.conf, SESSION_ZONE: "UTC"}
 
 
 def connect(url: str, settings: PlatformSettings) -> SparkSession:
