@@ -244,3 +244,20 @@ def test_an_operators_conf_goes_over_ours_and_adds_to_the_drivers_jvm_options():
     assert ours[0].startswith("-Dlog4j2.configurationFile=file:") and "-Duser.timezone=UTC" in ours
     assert conf["spark.driver.extraJavaOptions"].split() == [*ours, "-Xss4m", "-Duser.timezone=UTC"]
     assert conf["spark.executor.memory"] == "2g" and set(conf) == {"spark.driver.extraJavaOptions", "spark.executor.memory"}
+
+
+def test_a_task_masks_brokerlens_secrets_in_its_log(monkeypatch):
+    """A stage run in the task's process (StageOperator) hands its settings' and connections'
+    secrets to Airflow's masker, which filters every line the task logs."""
+    from airflow.sdk.log import _secrets_masker
+
+    from brokerlens.airflow_support import mask_secrets
+    from brokerlens.settings import Settings
+
+    Settings(admin_token="tok-7031")
+    monkeypatch.setenv("AIRFLOW_CONN_SMTP_DEFAULT", "smtp://ops:conn-pw-2290@relay:587")
+    line = "GET /admin/v2 with tok-7031 then smtp conn-pw-2290"
+    assert _secrets_masker().redact(line) == line  # neither is known to Airflow by itself
+    mask_secrets()
+    masked = _secrets_masker().redact(line)
+    assert "tok-7031" not in masked and "conn-pw-2290" not in masked and masked.startswith("GET /admin/v2 with ")

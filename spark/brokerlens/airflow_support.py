@@ -175,6 +175,7 @@ class StageOperator(BaseOperator):
         # The stage finds its connections (alert: SMTP) where a command would, in the environment.
         os.environ.update(connection_environ(self.connections))
         settings = get_settings()
+        mask_secrets()
         day = datetime.strptime(self.day, "%Y-%m-%d").date()
         self._spark = connect(SparkConnectHook(self.conn_id).get_connection_url(), settings)
         self._tag = f"brokerlens-{self.task_id}-{self.day}-{uuid.uuid4().hex[:8]}"
@@ -257,6 +258,18 @@ class StageSubmitOperator(SparkSubmitOperator):
             log.warning("%s: not passing connections %s to a remote driver", self.stage, self.connections)
             return {}
         return connection_environ(self.connections)
+
+
+def mask_secrets() -> None:
+    """brokerlens' secrets (its settings', its connections') masked by Airflow's own masker in
+    whatever the task logs, brokerlens' lines and Airflow's (an exception's text): a stage run in
+    the task's process has no brokerlens command around it to filter its output."""
+    from airflow.sdk.log import mask_secret
+
+    from brokerlens.platform.redact import known_secrets
+
+    for secret in known_secrets():
+        mask_secret(secret)
 
 
 def _error_summary(tail: Iterable[str]) -> str:

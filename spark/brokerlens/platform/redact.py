@@ -95,10 +95,15 @@ def _in_force() -> set[str]:
     return found
 
 
-def _pattern() -> re.Pattern | None:
+def known_secrets() -> set[str]:
+    """Every secret :func:`redact` masks now (but URL passwords, found in the text itself)."""
     secrets = _in_force() | _connection_passwords()
     with _lock:
-        secrets |= _remembered
+        return secrets | _remembered
+
+
+def _pattern() -> re.Pattern | None:
+    secrets = known_secrets()
     key = frozenset(secrets)
     if _cache["key"] != key:
         variants = {v for s in secrets for v in (s, quote(s, safe=""), json.dumps(s)[1:-1]) if v}

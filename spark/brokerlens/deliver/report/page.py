@@ -3,8 +3,10 @@ the tables read, and writes ``<reports>/<day>/brokerlens-<day>.html`` (the `repo
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import date, datetime, timezone
 from functools import partial
+from typing import Any
 
 from pyspark.sql import SparkSession
 
@@ -84,16 +86,20 @@ def report_day(spark: SparkSession, day: date, settings: DeliverStepSettings) ->
     # The sections are independent: built in threads at once, a section's Spark jobs and its
     # charts overlap the others' (on a small day most of a query's time is the driver's). Each
     # has its own headline numbers, put together in the sections' order.
+    # The tables' versions (a DESCRIBE HISTORY each, mostly waiting on Delta's log) are read
+    # in the same threads, first, beside the first sections.
     headlines: list[list[Number]] = [[] for _ in SECTIONS]
     calls = [partial(build, spark, day, settings, numbers) for build, numbers in zip(SECTIONS, headlines)]
     sections = []
     with progress(f"report {day}", total=len(SECTIONS), unit="sections") as step:
-        for section in in_parallel(spark, calls):
+        results: Iterator[Any] = in_parallel(spark, [partial(_source_versions, spark, settings), *calls])
+        sources = next(results)
+        for section in results:
             step.note(f"{section.id} ({len(section.charts)} charts)")
             step.advance()
             sections.append(section)
     headline = [n for numbers in headlines for n in numbers]
-    html = render_html(day, sections, headline, _source_versions(spark, settings))
+    html = render_html(day, sections, headline, sources)
     path = report_path(day, settings)
     path.parent.mkdir(parents=True, exist_ok=True)
     # Write then rename: the file a mail links to is never half written.
