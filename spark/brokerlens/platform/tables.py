@@ -29,6 +29,7 @@ import json
 import logging
 import random
 import re
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
@@ -110,6 +111,9 @@ def table_version(name: str, settings: PlatformSettings, spark: SparkSession) ->
     return int(latest[0][0]) if latest else None
 
 
+# A commit's userMetadata when the write gives none (MERGE), and the lock its users hold.
+_USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
+_SESSION_METADATA = threading.Lock()
 _COMMIT_FILE = re.compile(r"(\d{20})\.json")
 # How much earlier than the write's start a commit file may carry as its time: the storage's
 # clock, not ours, stamps it.
@@ -297,12 +301,14 @@ def merge_table(
     )
 
     def attempt() -> None:
-        # MERGE takes no write options: its commit's userMetadata is the session's setting.
-        spark.conf.set("spark.databricks.delta.commitInfo.userMetadata", json.dumps({"brokerlens.mode": "merge", "brokerlens.write": write_id}))
-        try:
-            spark.sql(statement, source=frame).collect()
-        finally:
-            spark.conf.unset("spark.databricks.delta.commitInfo.userMetadata")
+        # MERGE takes no write options: its commit's userMetadata is the session's setting, so
+        # two MERGEs at once in one session (a stage's threads) would carry each other's tags.
+        with _SESSION_METADATA:
+            spark.conf.set(_USER_METADATA, json.dumps({"brokerlens.mode": "merge", "brokerlens.write": write_id}))
+            try:
+                spark.sql(statement, source=frame).collect()
+            finally:
+                spark.conf.unset(_USER_METADATA)
 
     try:
         _with_retries(name, attempt, settings)
