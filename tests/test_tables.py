@@ -408,9 +408,16 @@ def test_schema_is_enforced(spark, settings):
     df = quarantine_rows(spark, D1, 1, "a").drop("raw").withColumn("surprise", F.lit(1))
     with pytest.raises(TableError, match=r"missing columns \['raw'\], unexpected columns \['surprise'\]"):
         write_table(df, "quarantine", "append", settings=settings)
+    state = debt_rows(spark, D1, [("t1", 1)]).drop("debt_msgs").withColumn("surprise", F.lit(1))
+    with pytest.raises(TableError, match=r"missing columns \['debt_msgs'\], unexpected columns \['surprise'\]"):
+        merge_table(state, "debt_state", [{"day": D1}], settings=settings)
     with pytest.raises(Exception, match="replaceWhere|REPLACE_WHERE"):
         write_table(quarantine_rows(spark, D2, 1, "a"), "quarantine", "replace", [{"day": D1, "stage": "land"}], settings=settings)
     assert read_table("quarantine", settings=settings, spark=spark).count() == 0
+    # Only the schema's columns are written: a column it does not have is left out.
+    write_table(quarantine_rows(spark, D1, 2, "a").withColumn("surprise", F.lit(1)), "quarantine", "append", settings=settings)
+    assert read_table("quarantine", settings=settings, spark=spark).columns == tables.table_schema("quarantine").column_names
+    assert counts(read_table("quarantine", settings=settings, spark=spark)) == {(D1, "a"): 2}
 
 
 def test_unwritten_table_reads_empty_and_unknown_table_is_clear(spark, settings):
