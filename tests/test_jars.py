@@ -84,3 +84,12 @@ def test_the_connect_servers_command_has_our_jars_and_settings():
     assert conf.items() >= {**APPLICATION_CONF, **SESSION_CONF}.items()
     assert conf["spark.connect.grpc.binding.address"] == "127.0.0.1" and conf["spark.connect.grpc.binding.port"] == "15555"
     assert conf["spark.executor.memory"] == "1g" and conf["spark.sql.session.timeZone"] == "UTC"
+
+
+def test_a_local_sessions_python_workers_run_this_interpreter(spark):
+    """Spark starts its Python workers with PYSPARK_PYTHON: this process's interpreter (its
+    packages), not the first `python3` on the PATH."""
+    from pyspark.sql.functions import udf
+
+    worker = spark.range(1).select(udf(lambda _: sys.prefix, "string")("id")).first()[0]
+    assert worker == sys.prefix  # the venv, not the Python it was made from

@@ -102,6 +102,9 @@ def get_spark(settings: PlatformSettings) -> SparkSession:
     jars = session_jars() if local else []
     if local:
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        # Spark's Python workers run this interpreter, not the first `python3` on the PATH (another
+        # Python's packages, or a pyenv shim that fails once the folder the JVM started in is gone).
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         builder = (
             builder.master(settings.spark.master)
             .config("spark.driver.memory", settings.spark.driver_memory)
