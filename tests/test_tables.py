@@ -12,9 +12,7 @@ import sys
 import textwrap
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from datetime import date, datetime, timezone
-from functools import partial
 
 import duckdb
 import pytest
@@ -26,6 +24,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from brokerlens.deliver.query import run_sql
 from brokerlens.platform import table_admin, tables
 from brokerlens.platform.tables import TableError, merge_table, read_table, table_version, write_table
+from test_tables_merge import debt_rows
 
 D1, D2 = date(2026, 11, 21), date(2026, 11, 22)
 AT = datetime(2026, 11, 21, 10, 0, tzinfo=timezone.utc)
@@ -158,57 +157,6 @@ def test_lake_written_by_delta_rs_is_read_and_written(spark, settings):
     assert counts(read_table("quarantine", settings=settings, spark=spark)) == merged
     arrow = RsDeltaTable(location(settings)).to_pyarrow_table()
     assert sorted(set(zip(arrow["day"].to_pylist(), arrow["reason"].to_pylist()))) == sorted(merged)
-
-
-def debt_rows(spark, day, rows):
-    """debt_state rows of one topic level: (topic, debt_msgs) each."""
-    schema = tables.table_schema("debt_state")
-    base = {
-        "day": day,
-        "level": "topic",
-        "cluster": "c1",
-        "broker": "b1",
-        "subscription": None,
-        "debt_bytes": 0,
-        "last_period_start": None,
-        "limiter_model": "classic",
-    }
-    return spark.createDataFrame(
-        [tuple({**base, "topic": t, "debt_msgs": msgs}[c] for c in schema.column_names) for t, msgs in rows],
-        schema.struct,
-    )
-
-
-@pytest.mark.slow
-def test_merge_updates_inserts_and_deletes_within_the_day(spark, settings):
-    state = partial(debt_rows, spark)
-    merge_table(state(D1, [("t1", 5), ("t2", 7)]), "debt_state", [{"day": D1}], settings=settings)
-    merge_table(state(D2, [("t1", 1)]), "debt_state", [{"day": D2}], settings=settings)
-    result = merge_table(state(D1, [("t1", 5), ("t2", 9), ("t3", 1)]), "debt_state", [{"day": D1}], settings=settings)
-    merge_table(state(D1, [("t2", 9), ("t3", 1)]), "debt_state", [{"day": D1}], settings=settings)  # t1 drained: deleted
-    got = {(r["day"], r["topic"]): r["debt_msgs"] for r in read_table("debt_state", settings=settings, spark=spark).collect()}
-    assert got == {(D1, "t2"): 9, (D1, "t3"): 1, (D2, "t1"): 1}
-    # t1 matched (5 -> 5) and t2 matched (7 -> 9): 2 updated, t3 inserted.
-    assert result.rows == 3
-    assert [r["operation"] for r in run_sql(spark, "DESCRIBE HISTORY debt_state", settings=settings)[1]][:4] == ["MERGE"] * 4
-
-
-@pytest.mark.slow
-def test_merges_at_once_in_one_session_each_find_their_own_commit(spark, settings):
-    """A MERGE's commit is tagged through a session setting: two threads merging at once must
-    not tag each other's commits (each result names its own version and rows)."""
-    merge_table(debt_rows(spark, D1, [("t0", 1)]), "debt_state", [{"day": D1}], settings=settings)
-
-    def merges(day, topics):
-        return [merge_table(debt_rows(spark, day, [(t, n) for t in topics]), "debt_state", [{"day": day}], settings=settings) for n in (1, 2, 3)]
-
-    with ThreadPoolExecutor(2) as pool:
-        one, two = pool.map(merges, (D1, D2), (["a"], ["b", "c"]))
-    results = one + two
-    assert all(r.version is not None for r in results), results
-    assert len({r.version for r in results}) == 6
-    # The first merge of a day inserts its topics (and D1's deletes t0); the next two update them.
-    assert [r.rows for r in one] == [1, 1, 1] and [r.rows for r in two] == [2, 2, 2]
 
 
 @pytest.mark.slow

@@ -1,24 +1,19 @@
 """The table layer: the only module that knows how tables are stored.
 
-Jobs ask it for a DataFrame (``read_table``) and give it a DataFrame (``write_table``,
-``merge_table``). Every table is a Delta table under ``<lake>/<name>``, read and written by
-Spark's ``format("delta")`` (delta-spark): Spark's executors write the data files straight into
-the table and Delta's optimistic transaction commits them, so the same code runs on a cluster
-with object storage.
+Jobs ask it for a DataFrame (``read_table``) and give it a DataFrame (``write_table``, ``merge_table``). Every table is a Delta table under
+``<lake>/<name>``, read and written by Spark's ``format("delta")`` (delta-spark): Spark's executors write the data files straight into the table and
+Delta's optimistic transaction commits them, so the same code runs on a cluster with object storage.
 
-* ``replace`` overwrites exactly the given partitions (``replaceWhere``): a reader sees the old
-  or the new partition, never a mix, and rows outside those partitions are refused by Delta.
-* An application transaction ``txn=(app_id, version)`` becomes Delta's ``txnAppId`` /
-  ``txnVersion``: a write already committed under it is skipped, so a re-run never duplicates.
+* ``replace`` overwrites exactly the given partitions (``replaceWhere``): a reader sees the old or the new partition, never a mix, and rows outside
+  those partitions are refused by Delta.
+* An application transaction ``txn=(app_id, version)`` becomes Delta's ``txnAppId`` / ``txnVersion``: a write already committed under it is skipped,
+  so a re-run never duplicates.
 * ``merge_table`` updates state tables with ``MERGE`` on their key.
-* Everything goes through the DataFrame API and Delta's SQL (``CREATE TABLE``, ``MERGE INTO``,
-  ``DESCRIBE HISTORY``) and reads of the Delta log's own files, nothing through py4j: a Spark
-  Connect client does all of it as a classic session does.
-* Conflicting concurrent commits (parallel backfill days) are retried on Delta's concurrency
-  exceptions; a write killed before its commit leaves the table at its previous version (its
-  files are referenced by no version, and ``VACUUM`` deletes them after the retention).
-* New columns in ``schemas/`` are added to existing tables on the next write (``mergeSchema``);
-  reading an older table fills them with nulls.
+* Everything goes through the DataFrame API and Delta's SQL (``CREATE TABLE``, ``MERGE INTO``, ``DESCRIBE HISTORY``) and reads of the Delta log's own
+  files, nothing through py4j: a Spark Connect client does all of it as a classic session does.
+* Conflicting concurrent commits (parallel backfill days) are retried on Delta's concurrency exceptions; a write killed before its commit leaves the
+  table at its previous version (its files are referenced by no version, and ``VACUUM`` deletes them after the retention).
+* New columns in ``schemas/`` are added to existing tables on the next write (``mergeSchema``); reading an older table fills them with nulls.
 
 Tables are known by name to Spark SQL through ``table_admin.register_tables`` (see its docstring).
 """
@@ -111,25 +106,19 @@ def table_version(name: str, settings: PlatformSettings, spark: SparkSession) ->
     return int(latest[0][0]) if latest else None
 
 
-# A commit's userMetadata when the write gives none (MERGE), and the lock its users hold.
-_USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
-_SESSION_METADATA = threading.Lock()
+_USER_METADATA, _SESSION_METADATA = "spark.databricks.delta.commitInfo.userMetadata", threading.Lock()  # a MERGE's tag, and its lock
 _COMMIT_FILE = re.compile(r"(\d{20})\.json")
-# How much earlier than the write's start a commit file may carry as its time: the storage's
-# clock, not ours, stamps it.
+# How much earlier than the write's start a commit file may carry as its time: the storage's clock, not ours, stamps it.
 _CLOCK_SKEW = timedelta(minutes=5)
 
 
 def tagged_commit(spark: SparkSession, location: str, write_id: str, since: datetime) -> tuple[int, dict] | None:
-    """The commit whose ``userMetadata`` carries ``write_id``, as ``(version, commitInfo)``: read
-    from the Delta log's commit files (``_delta_log/<version>.json``, one action per line, the
-    commitInfo among them) written since ``since``, by Spark's text reader, so on any storage the
-    lake is on and from a Connect client too. ``DESCRIBE HISTORY`` reads the same lines, but
-    took 0.3 s a call against 0.13 s (a 12-version table, 2 cores)."""
+    """The commit whose ``userMetadata`` carries ``write_id``, as ``(version, commitInfo)``: read from the Delta log's commit files
+    (``_delta_log/<version>.json``, one action per line) written since ``since``, by Spark's text reader, so on any storage and from a
+    Connect client too. ``DESCRIBE HISTORY`` reads the same lines, but took 0.3 s a call against 0.13 s (a 12-version table, 2 cores)."""
     after = (since - _CLOCK_SKEW).astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
     lines = (
-        # A glob, not the folder: Spark caches a folder's listing for the session, and would
-        # not see the commits written since it first listed it.
+        # A glob, not the folder: Spark caches a folder's listing for the session and would miss the commits written since.
         spark.read.option("modifiedAfter", after)  # in the session's zone, which is UTC (platform.spark)
         .text(f"{location}/_delta_log/*.json")
         .where(F.col("value").startswith('{"commitInfo"') & F.col("value").contains(write_id))
@@ -188,10 +177,9 @@ def read_table(
 
 
 def conform(df: DataFrame, schema: TableSchema) -> DataFrame:
-    """Columns in schema order with schema types, taken by name: a column the schema does not
-    have is not written, and a missing one fails the write's analysis (:func:`_write_error`
-    names the columns). ``df``'s columns are not looked at first: on Spark Connect that is a
-    whole analysis of its plan by the server, 0.1 to 0.8 s a write for gold's plans."""
+    """Columns in schema order with schema types, taken by name: a column the schema does not have is not written, a missing one fails the
+    write's analysis (:func:`_write_error` names them). ``df.columns`` is not asked first: on Spark Connect it costs the server a whole
+    analysis of the plan, 0.1 to 0.8 s a write for gold's plans."""
     try:  # a local session analyses the select at once, Spark Connect when the write runs
         return df.select(*[F.col(c.name).cast(c.spark_type).alias(c.name) for c in schema.columns])
     except AnalysisException as exc:
@@ -199,24 +187,21 @@ def conform(df: DataFrame, schema: TableSchema) -> DataFrame:
 
 
 def _write_error(name: str, df: DataFrame, exc: AnalysisException) -> TableError:
-    """The error of a write its analysis refused: the columns missing from ``df`` and those the
-    schema does not have, when columns are missing; else Spark's reason."""
+    """The error of a write its analysis refused: the columns missing from ``df`` and those the schema lacks, or else Spark's reason."""
     schema = table_schema(name)
     try:
         have = df.columns
     except AnalysisException:  # the frame itself does not resolve: Spark's reason says why
         have = schema.column_names
-    missing = [c for c in schema.column_names if c not in set(have)]
-    if missing:
+    if missing := [c for c in schema.column_names if c not in set(have)]:
         extra = [c for c in have if c not in set(schema.column_names)]
         return TableError(f"DataFrame does not match schemas/tables/{name}.yaml: missing columns {missing}, unexpected columns {extra}")
     return TableError(f"{name}: {str(exc).splitlines()[0]}")
 
 
 def ensure_table(name: str, spark: SparkSession, settings: PlatformSettings) -> None:
-    """Create the table, empty, with its schema, partitioning and descriptions from ``schemas/``
-    if it does not exist yet (``CREATE TABLE IF NOT EXISTS``: a table created concurrently by
-    another writer is fine)."""
+    """Create the table, empty, with its schema, partitioning and descriptions from ``schemas/`` if it does not exist yet
+    (``CREATE TABLE IF NOT EXISTS``: a table created concurrently by another writer is fine)."""
     if table_exists(name, settings, spark):
         return
     schema = table_schema(name)
