@@ -106,6 +106,10 @@ case class DispatchScanExec(
   // sixth of the scan's query. Its child's operators run on their own (SortExec's doExecute).
   override protected val createUnsafeProjection: Boolean = true
 
+  // Within its whole-stage code the scan is the input, as Spark's InputAdapter is: its loop may
+  // stop at a limit after it (Spark logs a "[BUG]" warning for other operators that check).
+  override def canCheckLimitNotReached: Boolean = true
+
   override def inputRDD: RDD[InternalRow] = {
     val layout = DispatchScan.layout(child.schema, scope.asJava, caughtUp, cursorSource)
     child.execute().mapPartitions(rows => DispatchScan.scan(layout, rows.asJava).asScala)
