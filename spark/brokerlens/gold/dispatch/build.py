@@ -36,7 +36,7 @@ def build_dispatch(spark: SparkSession, day: date, settings: DispatchStepSetting
     day. The cascade stops at the first day whose closing debt does not change.
     """
     result = StageResult("build dispatch", day)
-    built = _built_days(spark, settings)
+    built = _built_days_after(spark, day, settings)
     current, first = day, True
     while True:
         following = current + timedelta(days=1)
@@ -50,8 +50,10 @@ def build_dispatch(spark: SparkSession, day: date, settings: DispatchStepSetting
     return result
 
 
-def _built_days(spark: SparkSession, settings: DispatchStepSettings) -> set[date]:
-    state = read_table("debt_state", spark=spark, settings=settings)
+def _built_days_after(spark: SparkSession, day: date, settings: DispatchStepSettings) -> set[date]:
+    """The built days after ``day``, those the cascade may re-build. Only their partitions are
+    read (none on a daily run's latest day), not the whole history of ``debt_state``."""
+    state = read_table("debt_state", spark=spark, settings=settings).where(F.col("day") > F.lit(day))
     return {r["day"] for r in state.select("day").distinct().collect()}  # one row per built day
 
 
