@@ -72,6 +72,21 @@ def test_same_transaction_twice_leaves_one_copy(spark, settings):
     assert counts(read_table("quarantine", settings=settings, spark=spark)) == {(D1, "x"): 5, (D1, "y"): 2}
 
 
+def test_data_files_are_zstd_without_dictionary_pages(spark, settings):
+    """The session's Parquet settings reach Delta's writer: zstd pages, and no dictionaries even
+    for a column of one repeated value (the writer would otherwise build one for every column)."""
+    import pyarrow.parquet as pq
+
+    replace_day(spark, settings, D1, 50, "same reason")
+    files = sorted(_data_files(location(settings)))
+    assert files
+    for path in files:
+        row_group = pq.ParquetFile(path).metadata.row_group(0)
+        columns = [row_group.column(i) for i in range(row_group.num_columns)]
+        assert {c.compression for c in columns} == {"ZSTD"}
+        assert not [c.path_in_schema for c in columns if {"PLAIN_DICTIONARY", "RLE_DICTIONARY"} & set(c.encodings)]
+
+
 def test_nothing_to_write_is_said_so(spark, settings):
     """An empty day replaced where the table has none (a landing kind without files): Delta
     commits nothing, and that is not a repeated transaction."""

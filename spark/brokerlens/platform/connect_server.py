@@ -37,7 +37,9 @@ def server_command(settings: PlatformSettings, port: int | None = None) -> list[
         "spark.connect.grpc.binding.address": spark.connect_host,
         "spark.connect.grpc.binding.port": str(port or spark.connect_port),
         "spark.executor.extraJavaOptions": java_options(),
-        **application_conf(settings),
+        # Spark's own settings; spark-submit drops any other key with a warning (a Parquet
+        # writer setting, say), and each client's session sets those itself.
+        **{k: v for k, v in application_conf(settings).items() if k.startswith("spark.")},
     }
     command = [str(SPARK_HOME / "bin" / "spark-submit"), "--class", SERVER_CLASS, "--name", spark.app_name]
     command += ["--master", spark.master, "--driver-memory", spark.driver_memory]
