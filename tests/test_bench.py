@@ -150,6 +150,7 @@ def test_results_file_shape(spark, tmp_path):
         land_scales=(),
         periods=300,
         variant_sizes=(1,),
+        rounds=3,
         demo_day_scale=None,
         spark=spark,
     )  # the daily steps in this process: tests/test_bench_large.py
@@ -164,6 +165,9 @@ def test_results_file_shape(spark, tmp_path):
             "plain_pass", "dispatch_periods", "duckdb", "plain_pass[no write]", "dispatch_periods[no write]",
             *bench.VARIANTS,
         }  # fmt: skip
+        for name in ("plain_pass", "dispatch_periods", "duckdb"):  # the middle of 3 alternated runs
+            runs = stages[name]["runs_seconds"]
+            assert len(runs) == 3 and stages[name]["seconds"] == sorted(runs)[1]
         for stage in stages.values():
             assert stage["rows"] == size["input_rows"]
             assert stage["seconds"] > 0

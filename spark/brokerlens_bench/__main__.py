@@ -49,6 +49,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--days-partitions", type=int, default=DEFAULT_SIZES[1], help="size of the 3 consecutive days built through the table layer (0: skip)")
     parser.add_argument("--land-scales", default="1,10", help="demo-data scales for the landing stage, with its floor ('' to skip)")
     parser.add_argument(
+        "--rounds", type=int, default=3, help="runs of the plain pass, dispatch_periods and DuckDB per size, alternated; the median is reported"
+    )
+    parser.add_argument(
         "--variant-sizes", default=str(DEFAULT_SIZES[1]), help="sizes (partitions) at which the dispatch_periods setting variants also run ('' to skip)"
     )
     parser.add_argument("--demo-day-scale", type=float, default=1.0, help="demo-data scale of the day run through every stage (0: skip)")
@@ -98,6 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         sizes=tuple(int(s) for s in args.sizes.split(",") if s),
         days_partitions=args.days_partitions or None,
         variant_sizes=tuple(int(s) for s in args.variant_sizes.split(",") if s),
+        rounds=args.rounds,
         land_scales=tuple(float(s) for s in args.land_scales.split(",") if s),
         demo_day_scale=args.demo_day_scale or None,
         dag=args.dag,

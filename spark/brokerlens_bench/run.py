@@ -67,6 +67,7 @@ def run(
     periods: int = PERIODS_PER_DAY,
     command: str = "brokerlens_bench.run",
     variant_sizes: tuple[int, ...] = (),
+    rounds: int = 1,
     demo_day_scale: float | None = 1.0,
     dag: bool = False,
     large_partitions: int | None = None,
@@ -123,6 +124,7 @@ def run(
             day,
             periods,
             done=lambda entry: save(results["sizes"].append(entry)),
+            rounds=rounds,
             variant_sizes=variant_sizes,
         )
         # The consecutive days and the landing use other stages: a failure there is recorded
