@@ -2,7 +2,7 @@
 session's JARs and SQL settings, Delta's and brokerlens' extensions):
 
 - gold dispatch's scan for a client that has no py4j, with the hand-worked day's numbers
-  (test_dispatch_scan's);
+  (test_dispatch_scan's), in a session without a class loader of its own;
 - a backfill's two days landed at once, each client a session of its own, giving the tables
   that serial runs in a local session give;
 - a killed Airflow task (the DAG's operator) interrupting its stage's Spark jobs by their tag."""
@@ -38,7 +38,8 @@ from brokerlens.gold.dispatch.periods import scan
 spark = SparkSession.builder.getOrCreate()
 rows = spark.createDataFrame([row("s1", 0, "record", 12), row("s1", 0, "debt", 5), row("s2", 0, "record", 3)], SCHEMA)
 got = scan(rows).select("subscription", "t0_us", "counted_msgs", "_x_in_msgs", "_x_out_msgs").collect()
-print(json.dumps({"remote": type(spark).__module__, "rows": sorted(list(r) for r in got)}))
+isolation = spark.conf.get("spark.sql.artifact.isolation.enabled")
+print(json.dumps({"remote": type(spark).__module__, "isolation": isolation, "rows": sorted(list(r) for r in got)}))
 """
 
 
@@ -56,6 +57,8 @@ def test_a_connect_client_runs_the_dispatch_scan(connect_server):
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = json.loads(proc.stdout.strip().splitlines()[-1])
     assert got["remote"] == "pyspark.sql.connect.session"
+    # The server's sessions share one class loader, and with it the generated code (ConnectServer.scala).
+    assert got["isolation"] == "false"
     # s1: the opening debt of 5, then 12 on a quota of 10 with 5 owed: 7 carried; s2: 3 of 10
     assert got["rows"] == [["s1", 0, 5, 0, 5], ["s1", 0, 12, 5, 7], ["s2", 0, 3, 0, 0]]
 

@@ -7,6 +7,7 @@ import importlib.metadata
 import os
 import subprocess
 import sys
+import zipfile
 
 import pyspark
 
@@ -68,8 +69,9 @@ def test_a_local_session_maps_the_class_archive_the_bootstrap_recorded(spark):
 
 
 def test_the_connect_servers_command_has_our_jars_and_settings():
-    """``brokerlens connect-server``: Spark's Connect server by spark-submit, with the session's
-    JARs, the application's and the sessions' Spark settings, on the settings' address and port."""
+    """``brokerlens connect-server``: Spark Connect's server (our main class) by spark-submit, with
+    the session's JARs, the application's and the sessions' Spark settings, on the settings'
+    address and port."""
     from brokerlens.platform.connect_server import SERVER_CLASS, server_command
     from brokerlens.platform.settings import PlatformSettings, SparkSettings
     from brokerlens.platform.spark import APPLICATION_CONF, SESSION_CONF
@@ -80,6 +82,8 @@ def test_the_connect_servers_command_has_our_jars_and_settings():
     options = dict(zip(command[1:-1:2], command[2:-1:2]))
     assert (options["--class"], options["--master"], options["--driver-memory"]) == (SERVER_CLASS, "spark://m:7077", "3g")
     assert options["--jars"].split(",") == [str(p) for p in jars.session_jars()]
+    with zipfile.ZipFile(jars.jvm_jar()) as jar:  # the main class comes with our JAR
+        assert SERVER_CLASS.replace(".", "/") + ".class" in jar.namelist()
     conf = dict(value.split("=", 1) for flag, value in zip(command[1:-1], command[2:-1]) if flag == "--conf")
     spark_keys = {k: v for k, v in {**APPLICATION_CONF, **SESSION_CONF}.items() if k.startswith("spark.")}
     assert conf.items() >= spark_keys.items()

@@ -1,8 +1,10 @@
 """A Spark Connect server for brokerlens: ``brokerlens connect-server``.
 
-Spark's own long-running driver (``SparkConnectServer``, shipped in pyspark's JARs), started by
-pyspark's ``spark-submit`` with brokerlens' JARs (Delta's and our own) and the application's and
-sessions' settings (``platform.spark``). A stage then runs in its caller's process, an Airflow
+Spark's own long-running driver (Spark Connect, shipped in pyspark's JARs), started by pyspark's
+``spark-submit`` with brokerlens' JARs (Delta's and our own) and the application's and sessions'
+settings (``platform.spark``). Its main class is ours (``ConnectServer.scala``): Spark's own
+(``SparkConnectServer``) gives each session a class loader of its own, so each new session,
+each stage, compiled its queries' code again. A stage then runs in its caller's process, an Airflow
 task or a shell, as a client of it (``spark.remote``): each client is a session of its own, so
 several days run at once on one driver, and its Spark jobs carry the client's tags, by which they
 are cancelled.
@@ -24,7 +26,7 @@ from .jars import session_jars
 from .settings import PlatformSettings
 from .spark import application_conf, java_options
 
-SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
+SERVER_CLASS = "brokerlens.jvm.ConnectServer"
 SPARK_HOME = Path(pyspark.__file__).parent
 
 

@@ -49,7 +49,11 @@ _IVY_REASONS = ("unresolved dependency", "not found", "Connection refused", "Unk
 
 # brokerlens' own JVM classes: (package holding the source, file), each kept beside the Python
 # code that calls it.
-JVM_SOURCES = (("brokerlens.gold.dispatch", "DispatchScan.java"), ("brokerlens.gold.dispatch", "DispatchScanExtension.scala"))
+JVM_SOURCES = (
+    ("brokerlens.gold.dispatch", "DispatchScan.java"),
+    ("brokerlens.gold.dispatch", "DispatchScanExtension.scala"),
+    ("brokerlens.platform", "ConnectServer.scala"),
+)
 # The Spark SQL extension in them (``spark.sql.extensions``): gold dispatch's scan as a table function.
 SQL_EXTENSION = "brokerlens.jvm.DispatchScanExtension"
 DISPATCH_SCAN_FUNCTION = "brokerlens_dispatch_scan"
