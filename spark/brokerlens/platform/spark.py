@@ -118,11 +118,18 @@ def get_spark(settings: PlatformSettings) -> SparkSession:
             .config("spark.driver.extraJavaOptions", f"{java_opts} {class_archive_options(jars)} {settings.spark.driver_java_options}".strip())
             .config("spark.executor.extraJavaOptions", java_opts)
         )
-    for key, value in application_conf(settings).items():
-        builder = builder.config(key, value)
+    conf = application_conf(settings)
+    # Spark's own keys make the application; spark-submit would drop any other (a Parquet writer
+    # setting) with a warning, so the session sets those below.
+    for key, value in conf.items():
+        if key.startswith("spark."):
+            builder = builder.config(key, value)
     if local:
         builder = builder.config("spark.jars", ",".join(str(p) for p in jars))
     spark = builder.getOrCreate()
+    for key, value in conf.items():
+        if not key.startswith("spark."):
+            spark.conf.set(key, value)
     jvm.set_log_level(spark, "WARN")
     _check_jars(spark)
     return spark
