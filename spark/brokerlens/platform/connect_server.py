@@ -24,7 +24,7 @@ import pyspark
 
 from .jars import session_jars
 from .settings import PlatformSettings
-from .spark import application_conf, java_options
+from .spark import application_conf, java_options, split_application_conf
 
 SERVER_CLASS = "brokerlens.jvm.ConnectServer"
 SPARK_HOME = Path(pyspark.__file__).parent
@@ -39,9 +39,8 @@ def server_command(settings: PlatformSettings, port: int | None = None) -> list[
         "spark.connect.grpc.binding.address": spark.connect_host,
         "spark.connect.grpc.binding.port": str(port or spark.connect_port),
         "spark.executor.extraJavaOptions": java_options(),
-        # Spark's own settings; spark-submit drops any other key with a warning (a Parquet
-        # writer setting, say), and each client's session sets those itself.
-        **{k: v for k, v in application_conf(settings).items() if k.startswith("spark.")},
+        # Each client's session sets the rest itself (connect(), SESSION_CONF).
+        **split_application_conf(application_conf(settings))[0],
     }
     command = [str(SPARK_HOME / "bin" / "spark-submit"), "--class", SERVER_CLASS, "--name", spark.app_name]
     command += ["--master", spark.master, "--driver-memory", spark.driver_memory]

@@ -118,18 +118,14 @@ def get_spark(settings: PlatformSettings) -> SparkSession:
             .config("spark.driver.extraJavaOptions", f"{java_opts} {class_archive_options(jars)} {settings.spark.driver_java_options}".strip())
             .config("spark.executor.extraJavaOptions", java_opts)
         )
-    conf = application_conf(settings)
-    # Spark's own keys make the application; spark-submit would drop any other (a Parquet writer
-    # setting) with a warning, so the session sets those below.
-    for key, value in conf.items():
-        if key.startswith("spark."):
-            builder = builder.config(key, value)
+    app_conf, session_only = split_application_conf(application_conf(settings))
+    for key, value in app_conf.items():
+        builder = builder.config(key, value)
     if local:
         builder = builder.config("spark.jars", ",".join(str(p) for p in jars))
     spark = builder.getOrCreate()
-    for key, value in conf.items():
-        if not key.startswith("spark."):
-            spark.conf.set(key, value)
+    for key, value in session_only.items():
+        spark.conf.set(key, value)
     jvm.set_log_level(spark, "WARN")
     _check_jars(spark)
     return spark
@@ -140,6 +136,14 @@ def application_conf(settings: PlatformSettings) -> dict[str, str]:
     server's): ours, then the settings' Spark section over them, in UTC whatever it says."""
     shuffle, ui = str(settings.spark.shuffle_partitions), str(settings.spark.ui).lower()
     return {"spark.sql.shuffle.partitions": shuffle, "spark.ui.enabled": ui, **SQL_CONF, **settings.spark.conf, SESSION_ZONE: "UTC"}
+
+
+def split_application_conf(conf: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+    """``conf`` as Spark's own keys, which make the application, and the rest (a Parquet writer
+    setting), which each session sets itself: spark-submit drops a key not under ``spark.`` with
+    a warning."""
+    spark_keys = {k: v for k, v in conf.items() if k.startswith("spark.")}
+    return spark_keys, {k: v for k, v in conf.items() if k not in spark_keys}
 
 
 def connect(url: str, settings: PlatformSettings) -> SparkSession:
