@@ -164,7 +164,8 @@ def jvm_jar(folder: Path | None = None) -> Path:
     javac, java = _jdk_tool("javac"), _jdk_tool("java")
     if javac is None or java is None:
         raise JarsError(
-            "javac was not found: brokerlens compiles its dispatch scan against Spark's JARs once and "
+            "javac was not found: brokerlens compiles its JVM classes (the dispatch scan, the Connect server's main) "
+            "against Spark's JARs once and "
             "needs a JDK 17 for it (apt-get install openjdk-17-jdk-headless, or set JAVA_HOME)"
         )
     path.parent.mkdir(parents=True, exist_ok=True)
