@@ -7,13 +7,14 @@ from __future__ import annotations
 import logging
 from contextlib import ExitStack
 from datetime import date, timedelta
+from functools import partial
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from brokerlens.gold.brokers import version_metrics
 from brokerlens.gold.dispatch.settings import DispatchStepSettings
-from brokerlens.platform.spark import persisted
+from brokerlens.platform.spark import in_parallel, persisted
 from brokerlens.platform.stage import StageResult
 from brokerlens.platform.tables import merge_table, read_table, write_table
 
@@ -90,10 +91,14 @@ def _build_one(spark: SparkSession, day: date, settings: DispatchStepSettings, r
             old = previous.select(*SCOPE, "debt_msgs", "debt_bytes")
             new = closing.select(*SCOPE, "debt_msgs", "debt_bytes")
             changed = bool(old.exceptAll(new).limit(1).count() or new.exceptAll(old).limit(1).count())
-        result.writes.append(merge_table(closing, "debt_state", partition, settings=settings))
         topic_stats = read_table("bronze_topic_stats", spark=spark, settings=settings).where(F.col("day") == F.lit(day))
         daily = dispatch_daily(periods, opening, closing, day, throttle_events(topic_stats), models)
-        result.writes.append(write_table(daily, "dispatch_daily", "replace", partition, settings=settings))
+        # Both read the persisted closing debt, neither the other's table: both commits at once.
+        writes = [
+            partial(merge_table, closing, "debt_state", partition, settings=settings),
+            partial(write_table, daily, "dispatch_daily", "replace", partition, settings=settings),
+        ]
+        result.writes.extend(in_parallel(spark, writes))
         if summary:
             stored = read_table("dispatch_daily", spark=spark, settings=settings).where(F.col("day") == F.lit(day))
             totals = stored.agg(
