@@ -188,6 +188,7 @@ def test_results_file_shape(spark, tmp_path):
     head, _, rest = table.partition("\n\n")
     assert head.count("\n") == 1 + len(sizes)  # header, rule, one row per size
     assert "Consecutive days through the table layer" in rest
+    assert "the median of 3 runs each, alternated" in rest
     # Issue 16's ratios side by side, in the results file and after the table.
     n = sizes[0]["input_rows"]
     assert results["targets"] == {

@@ -27,6 +27,13 @@ def markdown(results: dict) -> str:
             f"{st['plain_pass[no write]']['seconds']}, {st['dispatch_periods[no write]']['seconds']} | "
             f"{d['rows_per_second_per_core']:,} | {d['jvm_rss_mb']:.0f} | {d['jvm_old_gen_peak_mb']:.0f} | {d['python_workers_rss_mb']:.0f} |"
         )
+    if results["sizes"]:
+        rounds = len(results["sizes"][0]["stages"]["plain_pass"]["runs_seconds"])
+        lines += [
+            "",
+            f"The plain pass, dispatch_periods and DuckDB: the median of {rounds} runs each, alternated "
+            "(every run's seconds in the results file's `runs_seconds`); the pair without the write ran once.",
+        ]
     if isinstance(results.get("days"), dict) and "days" in results["days"]:
         days = results["days"]
         lines += [
