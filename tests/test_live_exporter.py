@@ -26,7 +26,6 @@ from __future__ import annotations
 import time
 from collections import Counter
 
-import pulsar
 import pytest
 import requests
 
@@ -72,16 +71,15 @@ def experiments(broker, collector) -> dict:
     def counts_producer(t: str):
         producer = client.create_producer(t, batching_enabled=False)
         time.sleep(1)
-        failed: list = []
         try:
             for k in range(1, COUNTS_SECONDS + 1):
                 second = sleep_to(0.25)
-                # Pipelined, then flushed: 3k synchronous round trips could take a loaded 2-core
-                # machine past 0.6 s into the second (a clean check failed that way).
+                # Pipelined, then flushed, as live_traffic.produce sends: 3k synchronous round
+                # trips could take a loaded 2-core machine past 0.6 s into the second (a clean
+                # check failed that way). A lost message fails the count below.
                 for _ in range(3 * k):
-                    producer.send_async(b"y" * 100, lambda result, _id: result == pulsar.Result.Ok or failed.append(result))
+                    producer.send_async(b"y" * 100, None)
                 producer.flush()
-                assert not failed, failed
                 sent[second] = (3 * k, second + 0.25, time.time())
         finally:
             producer.close()
