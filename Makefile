@@ -57,7 +57,8 @@ stack-down: ## stop them
 
 ## make bench [BENCH_ARGS=...]: dispatch stages at 3 sizes (0.7M, 2.7M, 10.8M records) against a
 ## plain Spark pass and DuckDB, 3 consecutive days, landing, a large cluster's day (windows of 2,000 partitions,
-## projected to 50,000), the interceptor's dispatch overhead on a live 4.0.7 standalone (--only interceptor
+## projected to 50,000), the demo day through the daily DAG (Spark Connect against the stage server's last
+## commit, alternated), the interceptor's dispatch overhead on a live 4.0.7 standalone (--only interceptor
 ## runs that alone); results in $(BROKERLENS_HOME)/bench/results.json
 ## (python -m brokerlens_bench --help; BENCH_ARGS="--latest infra/bench/latest.json --page docs/benchmarks.md"
 ## refreshes the committed figures)

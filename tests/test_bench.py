@@ -219,6 +219,32 @@ def test_benchmarks_page_shows_the_committed_figures(tmp_path):
     assert copy.read_text() == page
 
 
+def test_dag_against_the_stage_server_alternates_and_compares_medians(monkeypatch, tmp_path):
+    """Two rounds: Connect, stage server, stage server, Connect, so neither side has every first
+    run; the medians of each side's DAG seconds and their ratio reach the targets and the page."""
+    from brokerlens_bench import dag
+
+    seconds = iter([120.0, 130.0, 110.0, 100.0])
+    calls = []
+
+    def fake_bench_dag(work, day, tasks_on):
+        calls.append(tasks_on)
+        return {"day": day.isoformat(), "tasks_run_on": dag.TASKS_RUN_ON[tasks_on], "dag_seconds": next(seconds), "tasks": {}}
+
+    monkeypatch.setattr(dag, "bench_dag", fake_bench_dag)
+    versus = dag.bench_dag_against_stage_server(tmp_path, DAY, rounds=2)
+    assert calls == versus["order"] == ["connect", "stage_server", "stage_server", "connect"]
+    assert versus["median_dag_seconds"] == {"connect": 110.0, "stage_server": 120.0}
+    assert versus["connect/stage_server"] == 0.92
+    results = {"sizes": [], "dag_vs_stage_server": versus}
+    name = "demo day through the DAG, Spark Connect / the stage server of fd86abf (medians of 2 alternated runs; at most 1)"
+    assert bench.targets(results) == {name: 0.92}
+    assert (
+        "in this order: Spark Connect 120.0 s, stage server 130.0 s, stage server 110.0 s, Spark Connect 100.0 s; "
+        "medians 110.0 s (Spark Connect) and 120.0 s (stage server), 0.92×."
+    ) in bench.markdown(results)
+
+
 def test_spark_applications_from_a_real_event_log():
     """The DAG section's fixed costs come from Spark's own event log. The fixture is cut from the
     log Spark 4.1.4 wrote for a `land` run (spark.eventLog.enabled, uncompressed, its default

@@ -14,6 +14,8 @@ and subscription scopes), on the same Parquet input:
 Then three consecutive days through the real table layer (is day N+1 slower as history
 accumulates?), the landing stage on demo data, and windows of a large cluster's generated day
 (``large_cluster``, ``large_files``) through every daily step, projected to 50,000 partitions.
+Then the demo day through the real daily DAG (``dag``): its tasks Spark Connect clients, each a
+spark-submit, and alternated with the last commit whose tasks ran on brokerlens' own stage server.
 Last, the interceptor section (``interceptor``): a live Pulsar 4.0.7 standalone's dispatch
 throughput without and with brokerlens' broker interceptor, alternated round by round.
 Results: ``var/bench/results.json``.

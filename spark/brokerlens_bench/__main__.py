@@ -62,6 +62,12 @@ def main(argv: list[str] | None = None) -> int:
         help="skip the demo day through the daily DAG (infra/stack.sh run-day, its tasks Spark Connect clients and with a spark-submit per task)",
     )
     parser.add_argument(
+        "--dag-rounds",
+        type=int,
+        default=2,
+        help="runs each of the DAG on Spark Connect and on the stage server of its last commit (from a git worktree), alternated (0: skip)",
+    )
+    parser.add_argument(
         "--large-partitions", type=int, default=LARGE_PARTITIONS, help="topic partitions of the large day (x 3 subscriptions, 10 brokers; 0: skip)"
     )
     parser.add_argument(
@@ -105,6 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         land_scales=tuple(float(s) for s in args.land_scales.split(",") if s),
         demo_day_scale=args.demo_day_scale or None,
         dag=args.dag,
+        dag_rounds=args.dag_rounds,
         large_partitions=args.large_partitions or None,
         large_minutes=tuple(int(m) for m in args.large_minutes.split(",") if m),
         interceptor_rounds=args.interceptor_rounds,

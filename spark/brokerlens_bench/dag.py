@@ -1,6 +1,7 @@
 """The demo day through the real daily DAG (``infra/stack.sh run-day``), its tasks clients of
 the Spark Connect server and with a spark-submit per task, with each task's fixed cost from
-Spark's event log."""
+Spark's event log; and alternated with the DAG of the last commit that ran its tasks on
+brokerlens' own stage server, so that one run compares the two."""
 
 from __future__ import annotations
 
@@ -11,8 +12,11 @@ import shutil
 import socket
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from datetime import date
 from pathlib import Path
+from statistics import median
 
 REPO = Path(__file__).resolve().parents[2]
 _STEP_START = re.compile(r"^step \d+ of \S+: (\S+)$")
@@ -61,15 +65,41 @@ def task_fixed_cost(start: float, end: float, apps: list[dict]) -> dict:
     }
 
 
-_SERVER_READY = re.compile(r"^stack: Spark Connect server ready on \S+ in (\d+) s")
+_SERVER_READY = re.compile(r"^stack: (?:Spark Connect server ready on \S+|stage server ready) in (\d+) s")
+
+# The last commit whose daily DAG ran its tasks on brokerlens' own stage server (`brokerlens
+# serve`, replaced by Spark Connect in 0ada88f), as measured by the bench of that day.
+STAGE_SERVER_COMMIT = "fd86abf8ec35a296df96c7923d8cc46b3b233335"
+TASKS_RUN_ON = {
+    "connect": "Spark Connect, clients of one server",
+    "spark_submit": "a spark-submit each",
+    "stage_server": f"the stage server of {STAGE_SERVER_COMMIT[:7]}",
+}
 
 
-def bench_dag(work: Path, day: date, connect: bool = True) -> dict:
+@contextmanager
+def stage_server_checkout(work: Path) -> Iterator[Path]:
+    """``STAGE_SERVER_COMMIT`` in a git worktree of this checkout, with this checkout's virtualenv
+    (the commit's own ``infra/stack.sh`` puts ``<tree>/.venv/bin`` first on its PATH)."""
+    tree = work / "stage-server-tree"
+    git = ["git", "-C", str(REPO)]
+    if subprocess.run([*git, "cat-file", "-e", f"{STAGE_SERVER_COMMIT}^{{commit}}"], capture_output=True).returncode != 0:
+        raise RuntimeError(f"this checkout has no commit {STAGE_SERVER_COMMIT[:7]} (a shallow clone? `git fetch --unshallow`)")
+    subprocess.run([*git, "worktree", "add", "--force", "--detach", str(tree), STAGE_SERVER_COMMIT], check=True, capture_output=True)
+    try:
+        (tree / ".venv").symlink_to(REPO / ".venv")
+        yield tree
+    finally:
+        subprocess.run([*git, "worktree", "remove", "--force", str(tree)], check=True, capture_output=True)
+
+
+def bench_dag(work: Path, day: date, tasks_on: str = "connect") -> dict:
     """The demo day through the real daily DAG, as ``make run`` runs it (``infra/stack.sh run-day
-    --demo-data``: ``airflow dags test``, mail to the stack's SMTP sink), the tasks clients of
-    the Spark Connect server (started and warmed up before the DAG, its time reported apart) or,
-    with ``connect=False``, each a spark-submit. Per task: wall seconds and the fixed cost (task
-    start to its first Spark job, from Spark's event log)."""
+    --demo-data``: ``airflow dags test``, mail to the stack's SMTP sink), its tasks (``tasks_on``)
+    clients of the Spark Connect server, each a spark-submit, or on the stage server of
+    ``STAGE_SERVER_COMMIT`` (that commit's DAG, stack and code). A server is started and warmed up
+    before the DAG, its time reported apart. Per task: wall seconds and the fixed cost (task start
+    to its first Spark job, from Spark's event log)."""
     home = work / "dag-home"
     shutil.rmtree(home, ignore_errors=True)
     events = home / "spark-events"
@@ -81,16 +111,28 @@ def bench_dag(work: Path, day: date, connect: bool = True) -> dict:
         "PYTHONUNBUFFERED": "1",  # step lines as they happen: their arrival times are measured
         "BROKERLENS_SPARK__CONF": json.dumps({"spark.eventLog.enabled": "true", "spark.eventLog.dir": events.as_uri(), "spark.eventLog.compress": "false"}),
     }
-    env["BROKERLENS_SPARK_SUBMIT"] = str(not connect).lower()
-    env["BROKERLENS_SPARK__CONNECT_PORT"] = str(_free_port())
+    with stage_server_checkout(work) if tasks_on == "stage_server" else nullcontext(REPO) as repo:
+        if tasks_on == "stage_server":
+            env["PYTHONPATH"] = str(repo / "spark")  # ahead of this checkout's editable install
+            env.pop("BROKERLENS_STAGE_SERVER", None)  # that stack's own server, in this home
+        else:
+            env["BROKERLENS_SPARK_SUBMIT"] = str(tasks_on == "spark_submit").lower()
+            env["BROKERLENS_SPARK__CONNECT_PORT"] = str(_free_port())
+        run = _run_day(repo, day, env, events)
+    shutil.rmtree(home, ignore_errors=True)
+    return {"day": day.isoformat(), "tasks_run_on": TASKS_RUN_ON[tasks_on], **run}
+
+
+def _run_day(repo: Path, day: date, env: dict, events: Path) -> dict:
+    """``repo``'s ``infra/stack.sh run-day``, timed from its output's step lines as they arrive."""
     started = dag_started = time.time()
     tasks: dict[str, dict] = {}
     output: list[str] = []
     server_seconds = None
     with subprocess.Popen(
-        [str(REPO / "infra" / "stack.sh"), "run-day", day.isoformat(), "--demo-data"],
+        [str(repo / "infra" / "stack.sh"), "run-day", day.isoformat(), "--demo-data"],
         env=env,
-        cwd=REPO,
+        cwd=repo,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -118,13 +160,26 @@ def bench_dag(work: Path, day: date, connect: bool = True) -> dict:
         }
         for task, t in tasks.items()
     }
-    shutil.rmtree(home, ignore_errors=True)
     return {
-        "day": day.isoformat(),
-        "tasks_run_on": "Spark Connect, clients of one server" if connect else "a spark-submit each",
-        # The Connect server's start, warm-up included: once per server, not per day.
-        **({"connect_server_start_seconds": server_seconds} if connect else {}),
+        # The server's start, warm-up included: once per server, not per day.
+        **({"server_start_seconds": server_seconds} if server_seconds is not None else {}),
         "wall_seconds": round(wall, 1),  # demo data, Airflow's database, the server's start, the DAG run
         "dag_seconds": round(started + wall - dag_started, 1),  # `airflow dags test` alone
         "tasks": stages,
+    }
+
+
+def bench_dag_against_stage_server(work: Path, day: date, rounds: int) -> dict:
+    """Today's DAG on Spark Connect and the stage server's (``STAGE_SERVER_COMMIT``), ``rounds``
+    runs each, alternated Connect, stage server, stage server, Connect, ... so that neither has
+    all the first runs of the machine's state; the medians of ``dag_seconds`` and their ratio."""
+    order = [("connect", "stage_server")[(i + 1) // 2 % 2] for i in range(2 * rounds)]
+    runs = [{"tasks_on": tasks_on, **bench_dag(work, day, tasks_on)} for tasks_on in order]
+    medians = {side: round(median(r["dag_seconds"] for r in runs if r["tasks_on"] == side), 1) for side in ("connect", "stage_server")}
+    return {
+        "stage_server_commit": STAGE_SERVER_COMMIT,
+        "order": order,
+        "runs": runs,
+        "median_dag_seconds": medians,
+        "connect/stage_server": round(medians["connect"] / medians["stage_server"], 2),
     }

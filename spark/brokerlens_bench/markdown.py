@@ -56,11 +56,7 @@ def markdown(results: dict) -> str:
     for section in ("dag", "dag_spark_submit"):
         dag = results.get(section)
         if isinstance(dag, dict) and "tasks" in dag:
-            server = (
-                f"; the Spark Connect server started, warm-up included, in {dag['connect_server_start_seconds']} s before it"
-                if dag.get("connect_server_start_seconds") is not None
-                else ""
-            )
+            server = f"; its server started, warm-up included, in {dag['server_start_seconds']} s before it" if "server_start_seconds" in dag else ""
             lines.append(
                 f"Demo day through the daily DAG (`airflow dags test`, the tasks on {dag.get('tasks_run_on', 'a spark-submit each')}): "
                 f"{dag['dag_seconds']} s ({dag['wall_seconds']} s with the demo data and Airflow's database{server}). "
@@ -71,6 +67,15 @@ def markdown(results: dict) -> str:
                 )
                 + "."
             )
+    versus = results.get("dag_vs_stage_server")
+    if isinstance(versus, dict) and "runs" in versus:
+        lines.append(
+            f"The same DAG alternated with the last commit's whose tasks ran on brokerlens' stage server ({versus['stage_server_commit'][:7]}, "
+            "its DAG, stack and code from a git worktree), in this order: "
+            + ", ".join(f"{'Spark Connect' if r['tasks_on'] == 'connect' else 'stage server'} {r['dag_seconds']} s" for r in versus["runs"])
+            + f"; medians {versus['median_dag_seconds']['connect']} s (Spark Connect) and {versus['median_dag_seconds']['stage_server']} s "
+            f"(stage server), {versus['connect/stage_server']}×."
+        )
     large = results.get("large_day")
     if isinstance(large, dict) and "windows" in large:
         lines += ["", *large_day_markdown(large)]

@@ -16,7 +16,7 @@ import psutil
 from brokerlens.platform.jvm import context_conf, default_parallelism
 from brokerlens.platform.times import iso
 
-from .dag import bench_dag
+from .dag import bench_dag, bench_dag_against_stage_server
 from .generate import DEFAULT_SIZES, PERIODS_PER_DAY
 from .harness import Bench, bench_days, bench_demo_day, bench_landing, bench_sizes
 from .interceptor import SECONDS, WARMUP_SECONDS, bench_interceptor
@@ -70,6 +70,7 @@ def run(
     rounds: int = 1,
     demo_day_scale: float | None = 1.0,
     dag: bool = False,
+    dag_rounds: int = 0,
     large_partitions: int | None = None,
     large_minutes: tuple[int, ...] = LARGE_MINUTES,
     interceptor_rounds: int = 0,
@@ -78,7 +79,8 @@ def run(
     spark=None,
 ) -> dict:
     """The whole benchmark; writes the results to ``out`` (JSON) and returns them. The interceptor
-    section runs when ``interceptor_rounds`` > 0 (the command line's default: 3)."""
+    section runs when ``interceptor_rounds`` > 0 (the command line's default: 3), the DAG against
+    the stage server's when ``dag`` and ``dag_rounds`` > 0 (default: 2)."""
     from brokerlens.platform.spark import get_spark
     from brokerlens.settings import get_settings
 
@@ -144,8 +146,11 @@ def run(
         if dag:
             results["dag"] = _guarded("dag", lambda: bench_dag(work, day))
             save()
-            results["dag_spark_submit"] = _guarded("dag_spark_submit", lambda: bench_dag(work, day, connect=False))
+            results["dag_spark_submit"] = _guarded("dag_spark_submit", lambda: bench_dag(work, day, "spark_submit"))
             save()
+            if dag_rounds:
+                results["dag_vs_stage_server"] = _guarded("dag_vs_stage_server", lambda: bench_dag_against_stage_server(work, day, dag_rounds))
+                save()
         if interceptor_rounds:
             results["interceptor"] = _guarded("interceptor", lambda: bench_interceptor(work, interceptor_rounds, interceptor_seconds, interceptor_warmup))
         results["targets"] = targets(results)
@@ -163,7 +168,7 @@ def failed_sections(results: dict) -> dict[str, str]:
     """The guarded sections that raised, with their error (the run is then incomplete as a benchmark)."""
     return {
         name: section["error"]
-        for name in ("days", "landing", "demo_day", "large_day", "dag", "dag_spark_submit", "interceptor")
+        for name in ("days", "landing", "demo_day", "large_day", "dag", "dag_spark_submit", "dag_vs_stage_server", "interceptor")
         if isinstance(section := results.get(name), dict) and "error" in section
     }
 
@@ -186,6 +191,11 @@ def targets(results: dict) -> dict:
         dag = results.get(section)
         if isinstance(dag, dict) and "tasks" in dag:
             out[name] = dag["dag_seconds"]
+    versus = results.get("dag_vs_stage_server")
+    if isinstance(versus, dict) and "runs" in versus:
+        rounds = len(versus["runs"]) // 2
+        name = f"demo day through the DAG, Spark Connect / the stage server of {versus['stage_server_commit'][:7]} (medians of {rounds} alternated runs; at most 1)"
+        out[name] = versus["connect/stage_server"]
     large = results.get("large_day")
     if isinstance(large, dict) and "windows" in large:
         for d in large["projection"]["days"]:
