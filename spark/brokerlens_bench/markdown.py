@@ -70,8 +70,8 @@ def markdown(results: dict) -> str:
     versus = results.get("dag_vs_stage_server")
     if isinstance(versus, dict) and "runs" in versus:
         lines.append(
-            f"The same DAG alternated with the last commit's whose tasks ran on brokerlens' stage server ({versus['stage_server_commit'][:7]}, "
-            "its DAG, stack and code from a git worktree), in this order: "
+            f"The same DAG alternated with that of the last commit whose tasks ran on brokerlens' stage server ({versus['stage_server_commit'][:7]}: "
+            "its DAG, stack and code, from a git worktree), in this order: "
             + ", ".join(f"{'Spark Connect' if r['tasks_on'] == 'connect' else 'stage server'} {r['dag_seconds']} s" for r in versus["runs"])
             + f"; medians {versus['median_dag_seconds']['connect']} s (Spark Connect) and {versus['median_dag_seconds']['stage_server']} s "
             f"(stage server), {versus['connect/stage_server']}×."
