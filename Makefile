@@ -44,9 +44,10 @@ test-fast: bootstrap ## the inner loop: the tests of a few seconds each (no Airf
 
 ## make run [DAY=YYYY-MM-DD]: demo data for DAY, then the daily Airflow DAG on it (airflow dags
 ## test), with the local SMTP sink receiving the mail; says step k of n and how long each took
-## (the full log is in $(BROKERLENS_HOME)/stack/run-DAY.log); prints where tables, report and mail are
+## (the full log is in $(BROKERLENS_HOME)/stack/run-DAY.log); prints where tables, report and mail are.
+## RUN_ARGS=--spark-submit runs brokerlens_daily_spark_submit instead (a spark-submit per task)
 run: bootstrap ## demo data for DAY (yesterday), then the daily Airflow DAG on it
-	infra/stack.sh run-day $(DAY) --demo-data
+	infra/stack.sh run-day $(DAY) --demo-data $(RUN_ARGS)
 
 ## make stack-up / stack-down: Airflow standalone (UI on 127.0.0.1:8080) and the SMTP sink
 stack-up: bootstrap ## Airflow standalone, the SMTP sink and the Spark Connect server

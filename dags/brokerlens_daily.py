@@ -5,10 +5,12 @@ One run per day, for the day that just ended (`{{ ds }}`): **land → validate_b
 build_silver → validate_silver → build_gold → alert → report**, each `brokerlens <stage>
 [--layer L]` for `{{ ds }}` in its task's own process, as a client of the Spark Connect server of
 the `spark_connect_default` connection (`brokerlens connect-server`; `infra/stack.sh` starts
-one). With `BROKERLENS_SPARK_SUBMIT=true` each step is a `StageSubmitOperator` instead: its own
+one). Each layer is validated before the next is built from it.
+
+`brokerlens_daily_spark_submit` is the same DAG with each step a `StageSubmitOperator`: its own
 spark-submit through the `spark_default` connection (local master by default; a cluster is a
-connection change). Each layer is validated before the next is built
-from it.
+connection change), no Connect server. It is paused at creation; both write the same tables, so
+unpause one of the two.
 
 - Catch-up and backfill: `BROKERLENS_START_DATE` (YYYY-MM-DD, default 2026-11-01) is the first
   day, `BROKERLENS_CATCHUP=false` turns catch-up off; to (re)run days:
@@ -30,26 +32,34 @@ from airflow.sdk import DAG, CronDataIntervalTimetable
 
 from brokerlens import airflow_support as bl
 
-with DAG(
-    dag_id="brokerlens_daily",
-    # Data intervals: the run for day D starts after D ends and has logical date D ({{ ds }}).
-    schedule=CronDataIntervalTimetable("@daily", timezone="UTC"),
-    start_date=bl.start_date(),
-    catchup=bl.env_flag("BROKERLENS_CATCHUP", True),
-    max_active_runs=bl.env_int("BROKERLENS_MAX_ACTIVE_RUNS", 4),
-    default_args=bl.default_args(),
-    doc_md=__doc__,
-    tags=["brokerlens"],
-):
-    Stage = bl.StageSubmitOperator if bl.env_flag("BROKERLENS_SPARK_SUBMIT", False) else bl.StageOperator
-    land = Stage(stage="land")
-    validate_bronze = Stage(stage="validate", layer="bronze")
-    build_silver = Stage(stage="build", layer="silver", depends_on_past=True)
-    validate_silver = Stage(stage="validate", layer="silver")
-    build_gold = Stage(stage="build", layer="gold", depends_on_past=True)
-    alert = Stage(stage="alert", depends_on_past=True, connections=[bl.smtp_conn_id()])
-    report = Stage(stage="report")
 
-    land >> validate_bronze >> build_silver >> validate_silver >> build_gold >> alert >> report
-    if bl.prometheus_url():
-        PythonOperator(task_id="collect_prometheus", python_callable=bl.collect_prometheus_day, op_args=["{{ ds }}"]) >> land
+def daily_dag(dag_id: str, Stage: type, **dag_args) -> DAG:
+    with DAG(
+        dag_id=dag_id,
+        # Data intervals: the run for day D starts after D ends and has logical date D ({{ ds }}).
+        schedule=CronDataIntervalTimetable("@daily", timezone="UTC"),
+        start_date=bl.start_date(),
+        catchup=bl.env_flag("BROKERLENS_CATCHUP", True),
+        max_active_runs=bl.env_int("BROKERLENS_MAX_ACTIVE_RUNS", 4),
+        default_args=bl.default_args(),
+        doc_md=__doc__,
+        tags=["brokerlens"],
+        **dag_args,
+    ) as dag:
+        land = Stage(stage="land")
+        validate_bronze = Stage(stage="validate", layer="bronze")
+        build_silver = Stage(stage="build", layer="silver", depends_on_past=True)
+        validate_silver = Stage(stage="validate", layer="silver")
+        build_gold = Stage(stage="build", layer="gold", depends_on_past=True)
+        alert = Stage(stage="alert", depends_on_past=True, connections=[bl.smtp_conn_id()])
+        report = Stage(stage="report")
+
+        land >> validate_bronze >> build_silver >> validate_silver >> build_gold >> alert >> report
+        if bl.prometheus_url():
+            PythonOperator(task_id="collect_prometheus", python_callable=bl.collect_prometheus_day, op_args=["{{ ds }}"]) >> land
+    return dag
+
+
+daily = daily_dag("brokerlens_daily", bl.StageOperator)
+# Never unpaused by default, even where DAGs start unpaused: it would run every day a second time.
+daily_spark_submit = daily_dag("brokerlens_daily_spark_submit", bl.StageSubmitOperator, is_paused_upon_creation=True)

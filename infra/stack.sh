@@ -9,16 +9,16 @@
 #                                print the UI address
 #   infra/stack.sh down          stop what `up` started
 #   infra/stack.sh status        what is running
-#   infra/stack.sh run-day DAY [--demo-data]
+#   infra/stack.sh run-day DAY [--demo-data] [--spark-submit]
 #                                run the daily DAG once for DAY (airflow dags test), with the
 #                                SMTP sink receiving the mail, first writing demo data for DAY
-#                                if asked; say step k of n as it goes; print where outputs are
+#                                if asked; say step k of n as it goes; print where outputs are.
+#                                --spark-submit: run brokerlens_daily_spark_submit instead (each
+#                                task its own spark-submit, StageSubmitOperator), no Connect server
 #
 # Ports: AIRFLOW_PORT (8080), BROKERLENS_SMTP__PORT (8025), BROKERLENS_SPARK__CONNECT_PORT
 # (15002). Connections come from the environment (AIRFLOW_CONN_SPARK_CONNECT_DEFAULT,
 # AIRFLOW_CONN_SPARK_DEFAULT, AIRFLOW_CONN_SMTP_DEFAULT) unless already set.
-# BROKERLENS_SPARK_SUBMIT=true makes the daily DAG run each task as its own spark-submit
-# (StageSubmitOperator) instead, and starts no Connect server.
 set -euo pipefail
 
 REPO="$(cd "$(dirname "$0")/.." && pwd)"
@@ -50,7 +50,8 @@ export AIRFLOW_CONN_SPARK_CONNECT_DEFAULT="${AIRFLOW_CONN_SPARK_CONNECT_DEFAULT:
 export AIRFLOW_CONN_SMTP_DEFAULT="${AIRFLOW_CONN_SMTP_DEFAULT:-$local_smtp}"
 export BROKERLENS_SMTP__HOST="${BROKERLENS_SMTP__HOST:-127.0.0.1}"
 export BROKERLENS_SMTP__PORT="$SMTP_PORT"
-export BROKERLENS_SPARK_SUBMIT="${BROKERLENS_SPARK_SUBMIT:-false}"
+# The daily DAG run-day runs: the tasks Spark Connect clients, or each a spark-submit.
+DAG_ID=brokerlens_daily
 
 alive() { [ -f "$STATE/$1.pid" ] && kill -0 "$(cat "$STATE/$1.pid")" 2>/dev/null; }
 
@@ -72,7 +73,7 @@ start_smtp() {
   wait_for 20 "SMTP sink" grep -q "^listening on" "$STATE/smtp.log"
 }
 
-uses_connect() { [ "$BROKERLENS_SPARK_SUBMIT" != "true" ]; }
+uses_connect() { [ "$DAG_ID" != brokerlens_daily_spark_submit ]; }
 
 start_connect_server() {  # in the background; ready once it answers and has warmed up (connect_server_ready)
   uses_connect || return 0
@@ -140,7 +141,7 @@ up() {
     wait_for 300 "Airflow" curl -fsS "http://127.0.0.1:$AIRFLOW_PORT/api/v2/monitor/health"
   fi
   echo "stack: Airflow UI on http://127.0.0.1:$AIRFLOW_PORT (user admin; password in $AIRFLOW_HOME/simple_auth_manager_passwords.json.generated)"
-  echo "stack: DAGs from $REPO/dags (paused at creation: unpause brokerlens_daily to start catch-up from \$BROKERLENS_START_DATE); logs in $STATE/"
+  echo "stack: DAGs from $REPO/dags (paused at creation: unpause brokerlens_daily, or brokerlens_daily_spark_submit, not both, to start catch-up from \$BROKERLENS_START_DATE); logs in $STATE/"
 }
 
 status() {
@@ -149,12 +150,12 @@ status() {
   done
 }
 
-dag_run_tasks() {  # tasks of the latest brokerlens_daily run, from the stack's sqlite metastore
-  python - "$AIRFLOW_HOME/airflow.db" <<'PY'
+dag_run_tasks() {  # tasks of the DAG's latest run, from the stack's sqlite metastore
+  python - "$AIRFLOW_HOME/airflow.db" "$DAG_ID" <<'PY'
 import sqlite3, sys
 with sqlite3.connect(sys.argv[1]) as db:
-    print(db.execute("SELECT count(*) FROM task_instance WHERE run_id = (SELECT run_id FROM dag_run "
-                     "WHERE dag_id = 'brokerlens_daily' ORDER BY id DESC LIMIT 1)").fetchone()[0])
+    print(db.execute("SELECT count(*) FROM task_instance WHERE dag_id = ? AND run_id = (SELECT run_id FROM dag_run "
+                     "WHERE dag_id = ? ORDER BY id DESC LIMIT 1)", (sys.argv[2], sys.argv[2])).fetchone()[0])
 PY
 }
 
@@ -178,8 +179,16 @@ follow_steps() {  # follow_steps STEPS_BEFORE: read `airflow dags test` output, 
   done
 }
 
-run_day() {  # run_day DAY [--demo-data]
-  local day="$1" demo="${2:-}" marker first=0 started
+run_day() {  # run_day DAY [--demo-data] [--spark-submit]
+  local day="$1" demo="" marker first=0 started arg
+  shift
+  for arg in "$@"; do
+    case "$arg" in
+      --demo-data) demo="$arg" ;;
+      --spark-submit) DAG_ID=brokerlens_daily_spark_submit ;;
+      *) echo "usage: $0 run-day YYYY-MM-DD [--demo-data] [--spark-submit]" >&2; return 2 ;;
+    esac
+  done
   mkdir -p "$STATE"
   # What this run starts, it stops at the end (a stack that is `up` keeps running).
   RUN_STARTED=()
@@ -195,9 +204,9 @@ run_day() {  # run_day DAY [--demo-data]
     echo "step 1: demo-data done in $((SECONDS - started)) s ($STATE/demo-$day.log)"
   fi
   connect_server_ready
-  echo "stack: airflow dags test brokerlens_daily $day (full log: $STATE/run-$day.log)"
+  echo "stack: airflow dags test $DAG_ID $day (full log: $STATE/run-$day.log)"
   local rc=0
-  airflow dags test brokerlens_daily "$day" 2>&1 | tee "$STATE/run-$day.log" | follow_steps "$first" || rc=$?
+  airflow dags test "$DAG_ID" "$day" 2>&1 | tee "$STATE/run-$day.log" | follow_steps "$first" || rc=$?
   echo
   echo "tables:   $BROKERLENS_HOME/lake/ ($(find "$BROKERLENS_HOME/lake" -mindepth 1 -maxdepth 1 -type d 2>/dev/null | wc -l) Delta tables; brokerlens tables, brokerlens sql \"...\")"
   echo "report:   $(find "$BROKERLENS_HOME/reports" -type f -newer "$marker" 2>/dev/null | sort | tr '\n' ' ')"
@@ -213,6 +222,6 @@ case "${1:-}" in
   up) up ;;
   down) stop airflow; stop connect-server; stop smtp ;;
   status) status ;;
-  run-day) [ -n "${2:-}" ] || { echo "usage: $0 run-day YYYY-MM-DD [--demo-data]" >&2; exit 2; }; run_day "$2" "${3:-}" ;;
-  *) echo "usage: $0 up|down|status|run-day YYYY-MM-DD [--demo-data]" >&2; exit 2 ;;
+  run-day) [ -n "${2:-}" ] || { echo "usage: $0 run-day YYYY-MM-DD [--demo-data] [--spark-submit]" >&2; exit 2; }; shift; run_day "$@" ;;
+  *) echo "usage: $0 up|down|status|run-day YYYY-MM-DD [--demo-data] [--spark-submit]" >&2; exit 2 ;;
 esac

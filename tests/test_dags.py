@@ -105,7 +105,7 @@ def tables_by_layer() -> dict[str, set[str]]:
 
 def test_every_dag_loads_fast_without_errors_or_side_effects(dags):
     assert dags["import_errors"] == {}
-    assert set(dags["dags"]) == {"brokerlens_daily", "brokerlens_collect"}
+    assert set(dags["dags"]) == {"brokerlens_daily", "brokerlens_daily_spark_submit", "brokerlens_collect"}
     files = {p.rsplit("/", 1)[-1]: s for p, s in dags["parse_seconds"].items()}
     assert set(files) == {"brokerlens_daily.py", "brokerlens_collect.py"}
     # Thin DAG files: the DAG processor parses them every 30 s.
@@ -154,9 +154,19 @@ def test_each_step_is_a_spark_connect_client_with_retries_and_failure_mail(dags)
     assert {s: t["connections"] for s, t in tasks.items() if t["connections"]} == {"alert": ["smtp_default"]}
 
 
-def test_with_spark_submit_each_step_is_a_spark_submit_of_the_cli(tmp_path):
-    dags = describe_dags(tmp_path, BROKERLENS_SPARK_SUBMIT="true")
-    tasks = dags["dags"]["brokerlens_daily"]["tasks"]
+def _schedule_and_graph(dag: dict) -> tuple:
+    """A DAG's schedule, catch-up and runs, and its steps' order, dependence on the previous day
+    and tables: all but how a step runs and whether the DAG starts paused."""
+    schedule = {k: v for k, v in dag.items() if k not in ("tasks", "paused_at_creation")}
+    return schedule, {step: (t["upstream"], t["depends_on_past"], t["outlets"]) for step, t in dag["tasks"].items()}
+
+
+def test_the_spark_submit_dag_is_the_same_dag_with_each_step_a_spark_submit_of_the_cli(dags):
+    daily, submit = dags["dags"]["brokerlens_daily"], dags["dags"]["brokerlens_daily_spark_submit"]
+    # Both write the same tables: the second never starts unpaused.
+    assert submit["paused_at_creation"] is True
+    assert _schedule_and_graph(submit) == _schedule_and_graph(daily)
+    tasks = submit["tasks"]
     for step, task in tasks.items():
         assert "SparkSubmitOperator" in task["classes"]
         assert task["conn_id"] == "spark_default"

@@ -13,7 +13,7 @@ import socket
 import subprocess
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from datetime import date
 from pathlib import Path
 from statistics import median
@@ -100,6 +100,8 @@ def bench_dag(work: Path, day: date, tasks_on: str = "connect") -> dict:
     ``STAGE_SERVER_COMMIT`` (that commit's DAG, stack and code). A server is started and warmed up
     before the DAG, its time reported apart. Per task: wall seconds and the fixed cost (task start
     to its first Spark job, from Spark's event log)."""
+    if tasks_on not in TASKS_RUN_ON:
+        raise ValueError(f"tasks_on: {tasks_on!r}, not one of {', '.join(TASKS_RUN_ON)}")
     home = work / "dag-home"
     shutil.rmtree(home, ignore_errors=True)
     events = home / "spark-events"
@@ -111,26 +113,27 @@ def bench_dag(work: Path, day: date, tasks_on: str = "connect") -> dict:
         "PYTHONUNBUFFERED": "1",  # step lines as they happen: their arrival times are measured
         "BROKERLENS_SPARK__CONF": json.dumps({"spark.eventLog.enabled": "true", "spark.eventLog.dir": events.as_uri(), "spark.eventLog.compress": "false"}),
     }
-    with stage_server_checkout(work) if tasks_on == "stage_server" else nullcontext(REPO) as repo:
-        if tasks_on == "stage_server":
-            env["PYTHONPATH"] = str(repo / "spark")  # ahead of this checkout's editable install
+    if tasks_on == "stage_server":
+        with stage_server_checkout(work) as tree:
+            env["PYTHONPATH"] = str(tree / "spark")  # ahead of this checkout's editable install
             env.pop("BROKERLENS_STAGE_SERVER", None)  # that stack's own server, in this home
-        else:
-            env["BROKERLENS_SPARK_SUBMIT"] = str(tasks_on == "spark_submit").lower()
-            env["BROKERLENS_SPARK__CONNECT_PORT"] = str(_free_port())
-        run = _run_day(repo, day, env, events)
+            run = _run_day(tree, day, env, events)
+    else:
+        env["BROKERLENS_SPARK__CONNECT_PORT"] = str(_free_port())
+        run = _run_day(REPO, day, env, events, ("--spark-submit",) if tasks_on == "spark_submit" else ())
     shutil.rmtree(home, ignore_errors=True)
     return {"day": day.isoformat(), "tasks_run_on": TASKS_RUN_ON[tasks_on], **run}
 
 
-def _run_day(repo: Path, day: date, env: dict, events: Path) -> dict:
-    """``repo``'s ``infra/stack.sh run-day``, timed from its output's step lines as they arrive."""
+def _run_day(repo: Path, day: date, env: dict, events: Path, args: tuple[str, ...] = ()) -> dict:
+    """``repo``'s ``infra/stack.sh run-day ... --demo-data [args]``, timed from its output's step
+    lines as they arrive."""
     started = dag_started = time.time()
     tasks: dict[str, dict] = {}
     output: list[str] = []
     server_seconds = None
     with subprocess.Popen(
-        [str(repo / "infra" / "stack.sh"), "run-day", day.isoformat(), "--demo-data"],
+        [str(repo / "infra" / "stack.sh"), "run-day", day.isoformat(), "--demo-data", *args],
         env=env,
         cwd=repo,
         stdout=subprocess.PIPE,
