@@ -3,6 +3,7 @@ agreeing with dispatch_periods (and with a plain sequential Lindley loop)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 from datetime import date, timedelta
 from pathlib import Path
@@ -243,6 +244,56 @@ def test_dag_against_the_stage_server_alternates_and_compares_medians(monkeypatc
         "in this order: Spark Connect 120.0 s, stage server 130.0 s, stage server 110.0 s, Spark Connect 100.0 s; "
         "medians 110.0 s (Spark Connect) and 120.0 s (stage server), 0.92×."
     ) in bench.markdown(results)
+
+
+def test_dispatch_against_the_stage_server_alternates_each_in_its_own_tree(monkeypatch, tmp_path):
+    """Two rounds: today, stage server, stage server, today, the stage server's from a worktree
+    of its commit; the medians of each side's seconds and ratios, today's dispatch seconds over
+    the stage server's, reach the targets and the page."""
+    from brokerlens_bench import stage_server_commit as then
+
+    figures = iter([(20.0, 46.8, 33.3), (20.0, 48.0, 32.0), (20.0, 52.0, 40.0), (18.5, 48.1, 34.5)])
+    trees = []
+
+    @contextlib.contextmanager
+    def fake_checkout(work):
+        yield work / "stage-server-tree"
+
+    def fake_sizes_run(tree, work, partitions):
+        plain, dispatch, duckdb = next(figures)
+        trees.append(tree.name)
+        assert partitions == 32
+        return {
+            "input_rows": 10_789_115,
+            "plain_pass_seconds": plain,
+            "dispatch_periods_seconds": dispatch,
+            "duckdb_seconds": duckdb,
+            "dispatch_periods/plain_pass": round(dispatch / plain, 2),
+            "dispatch_periods/duckdb": round(dispatch / duckdb, 2),
+        }
+
+    monkeypatch.setattr(then, "stage_server_checkout", fake_checkout)
+    versus = then.bench_dispatch_against_stage_server(tmp_path, 32, 2, sizes_run=fake_sizes_run)
+    assert trees == [then.REPO.name, "stage-server-tree", "stage-server-tree", then.REPO.name]
+    assert [r["side"] for r in versus["runs"]] == ["today", "stage_server", "stage_server", "today"]
+    assert versus["medians"]["today"]["dispatch_periods_seconds"] == 47.45
+    assert versus["medians"]["stage_server"]["dispatch_periods_seconds"] == 50.0
+    # (2.34 + 2.6) / 2 and (1.41 + 1.39) / 2; (2.4 + 2.6) / 2 and (1.5 + 1.3) / 2
+    assert versus["medians"]["today"]["dispatch_periods/plain_pass"] == 2.47
+    assert versus["medians"]["today"]["dispatch_periods/duckdb"] == 1.4
+    assert versus["medians"]["stage_server"]["dispatch_periods/plain_pass"] == 2.5
+    assert versus["medians"]["stage_server"]["dispatch_periods/duckdb"] == 1.4
+    assert versus["today/stage_server"] == 0.95
+    targets = bench.targets({"sizes": [], "dispatch_vs_stage_server": versus})
+    assert targets == {
+        "dispatch_periods at 10,789,115 records, today / fd86abf (medians of 2 alternated runs, each its own process; at most 1)": 0.95,
+        "dispatch_periods/plain_pass at 10,789,115 records in the same runs, today and fd86abf": "2.47, 2.5",
+        "dispatch_periods/duckdb at 10,789,115 records in the same runs, today and fd86abf": "1.4, 1.4",
+    }
+    assert (
+        "dispatch_periods s in this order: today 46.8, fd86abf 48.0, fd86abf 52.0, today 48.1; medians today 47.45 s (2.47× plain, 1.4× DuckDB), "
+        "fd86abf 50.0 s (2.5× plain, 1.4× DuckDB); today / fd86abf 0.95×."
+    ) in bench.markdown({"sizes": [], "dispatch_vs_stage_server": versus})
 
 
 def test_spark_applications_from_a_real_event_log():

@@ -16,7 +16,7 @@ from .markdown import markdown, write_page
 from .run import failed_sections, run
 
 # --only: what each section's option is set to when the section is not selected.
-SECTIONS = ("sizes", "days", "landing", "demo_day", "large_day", "dag", "interceptor")
+SECTIONS = ("sizes", "days", "landing", "demo_day", "large_day", "dag", "dispatch_vs_stage_server", "interceptor")
 SKIPPED = {
     "sizes": {"sizes": "", "variant_sizes": ""},
     "days": {"days_partitions": 0},
@@ -24,6 +24,7 @@ SKIPPED = {
     "demo_day": {"demo_day_scale": 0},
     "large_day": {"large_partitions": 0},
     "dag": {"dag": False},
+    "dispatch_vs_stage_server": {"dispatch_rounds": 0},
     "interceptor": {"interceptor_rounds": 0},
 }
 EPILOG = """examples:
@@ -66,6 +67,13 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         default=2,
         help="runs each of the DAG on Spark Connect and on the stage server of its last commit (from a git worktree), alternated (0: skip)",
+    )
+    parser.add_argument(
+        "--dispatch-rounds",
+        type=int,
+        default=2,
+        help="runs each of dispatch_periods at the largest of --sizes, this checkout's and the stage server's last commit's "
+        "(from a git worktree), each its own process, alternated (0: skip)",
     )
     parser.add_argument(
         "--large-partitions", type=int, default=LARGE_PARTITIONS, help="topic partitions of the large day (x 3 subscriptions, 10 brokers; 0: skip)"
@@ -112,6 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         demo_day_scale=args.demo_day_scale or None,
         dag=args.dag,
         dag_rounds=args.dag_rounds,
+        dispatch_rounds=args.dispatch_rounds,
         large_partitions=args.large_partitions or None,
         large_minutes=tuple(int(m) for m in args.large_minutes.split(",") if m),
         interceptor_rounds=args.interceptor_rounds,

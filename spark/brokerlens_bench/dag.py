@@ -12,11 +12,10 @@ import shutil
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import date
 from pathlib import Path
-from statistics import median
+
+from .stage_server_commit import STAGE_SERVER_COMMIT, alternated, medians, stage_server_checkout
 
 REPO = Path(__file__).resolve().parents[2]
 _STEP_START = re.compile(r"^step \d+ of \S+: (\S+)$")
@@ -67,30 +66,11 @@ def task_fixed_cost(start: float, end: float, apps: list[dict]) -> dict:
 
 _SERVER_READY = re.compile(r"^stack: (?:Spark Connect server ready on \S+|stage server ready) in (\d+) s")
 
-# The last commit whose daily DAG ran its tasks on brokerlens' own stage server (`brokerlens
-# serve`, replaced by Spark Connect in 0ada88f), as measured by the bench of that day.
-STAGE_SERVER_COMMIT = "fd86abf8ec35a296df96c7923d8cc46b3b233335"
 TASKS_RUN_ON = {
     "connect": "Spark Connect, clients of one server",
     "spark_submit": "a spark-submit each",
     "stage_server": f"the stage server of {STAGE_SERVER_COMMIT[:7]}",
 }
-
-
-@contextmanager
-def stage_server_checkout(work: Path) -> Iterator[Path]:
-    """``STAGE_SERVER_COMMIT`` in a git worktree of this checkout, with this checkout's virtualenv
-    (the commit's own ``infra/stack.sh`` puts ``<tree>/.venv/bin`` first on its PATH)."""
-    tree = work / "stage-server-tree"
-    git = ["git", "-C", str(REPO)]
-    if subprocess.run([*git, "cat-file", "-e", f"{STAGE_SERVER_COMMIT}^{{commit}}"], capture_output=True).returncode != 0:
-        raise RuntimeError(f"this checkout has no commit {STAGE_SERVER_COMMIT[:7]} (a shallow clone? `git fetch --unshallow`)")
-    subprocess.run([*git, "worktree", "add", "--force", "--detach", str(tree), STAGE_SERVER_COMMIT], check=True, capture_output=True)
-    try:
-        (tree / ".venv").symlink_to(REPO / ".venv")
-        yield tree
-    finally:
-        subprocess.run([*git, "worktree", "remove", "--force", str(tree)], check=True, capture_output=True)
 
 
 def bench_dag(work: Path, day: date, tasks_on: str = "connect") -> dict:
@@ -176,13 +156,13 @@ def bench_dag_against_stage_server(work: Path, day: date, rounds: int) -> dict:
     """Today's DAG on Spark Connect and the stage server's (``STAGE_SERVER_COMMIT``), ``rounds``
     runs each, alternated Connect, stage server, stage server, Connect, ... so that neither has
     all the first runs of the machine's state; the medians of ``dag_seconds`` and their ratio."""
-    order = [("connect", "stage_server")[(i + 1) // 2 % 2] for i in range(2 * rounds)]
+    order = alternated("connect", rounds)
     runs = [{"tasks_on": tasks_on, **bench_dag(work, day, tasks_on)} for tasks_on in order]
-    medians = {side: round(median(r["dag_seconds"] for r in runs if r["tasks_on"] == side), 1) for side in ("connect", "stage_server")}
+    dag_seconds = medians(runs, "dag_seconds", "tasks_on", ("connect", "stage_server"))
     return {
         "stage_server_commit": STAGE_SERVER_COMMIT,
         "order": order,
         "runs": runs,
-        "median_dag_seconds": medians,
-        "connect/stage_server": round(medians["connect"] / medians["stage_server"], 2),
+        "median_dag_seconds": dag_seconds,
+        "connect/stage_server": round(dag_seconds["connect"] / dag_seconds["stage_server"], 2),
     }

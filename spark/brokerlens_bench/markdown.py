@@ -76,6 +76,21 @@ def markdown(results: dict) -> str:
             + f"; medians {versus['median_dag_seconds']['connect']} s (Spark Connect) and {versus['median_dag_seconds']['stage_server']} s "
             f"(stage server), {versus['connect/stage_server']}×."
         )
+    versus = results.get("dispatch_vs_stage_server")
+    if isinstance(versus, dict) and "runs" in versus:
+        then = versus["stage_server_commit"][:7]
+        side = {"today": "today", "stage_server": then}
+        lines.append(
+            f"dispatch_periods at {versus['input_rows']:,} records alternated with {then}'s (its own bench's sizes section, "
+            "from a git worktree; each run its own process, one run of each stage), dispatch_periods s in this order: "
+            + ", ".join(f"{side[r['side']]} {r['dispatch_periods_seconds']}" for r in versus["runs"])
+            + "; medians "
+            + ", ".join(
+                f"{side[s]} {m['dispatch_periods_seconds']} s ({m['dispatch_periods/plain_pass']}× plain, {m['dispatch_periods/duckdb']}× DuckDB)"
+                for s, m in versus["medians"].items()
+            )
+            + f"; today / {then} {versus['today/stage_server']}×."
+        )
     large = results.get("large_day")
     if isinstance(large, dict) and "windows" in large:
         lines += ["", *large_day_markdown(large)]

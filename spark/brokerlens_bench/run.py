@@ -21,6 +21,7 @@ from .generate import DEFAULT_SIZES, PERIODS_PER_DAY
 from .harness import Bench, bench_days, bench_demo_day, bench_landing, bench_sizes
 from .interceptor import SECONDS, WARMUP_SECONDS, bench_interceptor
 from .large import LARGE_MINUTES, bench_large_day
+from .stage_server_commit import bench_dispatch_against_stage_server
 
 log = logging.getLogger("brokerlens.bench")
 
@@ -71,6 +72,7 @@ def run(
     demo_day_scale: float | None = 1.0,
     dag: bool = False,
     dag_rounds: int = 0,
+    dispatch_rounds: int = 0,
     large_partitions: int | None = None,
     large_minutes: tuple[int, ...] = LARGE_MINUTES,
     interceptor_rounds: int = 0,
@@ -80,7 +82,8 @@ def run(
 ) -> dict:
     """The whole benchmark; writes the results to ``out`` (JSON) and returns them. The interceptor
     section runs when ``interceptor_rounds`` > 0 (the command line's default: 3), the DAG against
-    the stage server's when ``dag`` and ``dag_rounds`` > 0 (default: 2)."""
+    the stage server's when ``dag`` and ``dag_rounds`` > 0 (default: 2), dispatch_periods at the
+    largest of ``sizes`` against the stage server's when ``dispatch_rounds`` > 0 (default: 2)."""
     from brokerlens.platform.spark import get_spark
     from brokerlens.settings import get_settings
 
@@ -151,6 +154,11 @@ def run(
             if dag_rounds:
                 results["dag_vs_stage_server"] = _guarded("dag_vs_stage_server", lambda: bench_dag_against_stage_server(work, day, dag_rounds))
                 save()
+        if dispatch_rounds:
+            results["dispatch_vs_stage_server"] = _guarded(
+                "dispatch_vs_stage_server", lambda: bench_dispatch_against_stage_server(work, max(sizes or DEFAULT_SIZES), dispatch_rounds)
+            )
+            save()
         if interceptor_rounds:
             results["interceptor"] = _guarded("interceptor", lambda: bench_interceptor(work, interceptor_rounds, interceptor_seconds, interceptor_warmup))
         results["targets"] = targets(results)
@@ -168,7 +176,7 @@ def failed_sections(results: dict) -> dict[str, str]:
     """The guarded sections that raised, with their error (the run is then incomplete as a benchmark)."""
     return {
         name: section["error"]
-        for name in ("days", "landing", "demo_day", "large_day", "dag", "dag_spark_submit", "dag_vs_stage_server", "interceptor")
+        for name in ("days", "landing", "demo_day", "large_day", "dag", "dag_spark_submit", "dag_vs_stage_server", "dispatch_vs_stage_server", "interceptor")
         if isinstance(section := results.get(name), dict) and "error" in section
     }
 
@@ -196,6 +204,14 @@ def targets(results: dict) -> dict:
         rounds = len(versus["runs"]) // 2
         name = f"demo day through the DAG, Spark Connect / the stage server of {versus['stage_server_commit'][:7]} (medians of {rounds} alternated runs; at most 1)"
         out[name] = versus["connect/stage_server"]
+    versus = results.get("dispatch_vs_stage_server")
+    if isinstance(versus, dict) and "runs" in versus:
+        then, rounds, rows = versus["stage_server_commit"][:7], len(versus["runs"]) // 2, versus["input_rows"]
+        name = f"dispatch_periods at {rows:,} records, today / {then} (medians of {rounds} alternated runs, each its own process; at most 1)"
+        out[name] = versus["today/stage_server"]
+        today, before = versus["medians"]["today"], versus["medians"]["stage_server"]
+        for ratio in ("dispatch_periods/plain_pass", "dispatch_periods/duckdb"):
+            out[f"{ratio} at {rows:,} records in the same runs, today and {then}"] = f"{today[ratio]}, {before[ratio]}"
     large = results.get("large_day")
     if isinstance(large, dict) and "windows" in large:
         for d in large["projection"]["days"]:
