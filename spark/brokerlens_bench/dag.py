@@ -15,9 +15,8 @@ import time
 from datetime import date
 from pathlib import Path
 
-from .stage_server_commit import STAGE_SERVER_COMMIT, alternated, medians, stage_server_checkout
+from .stage_server_commit import REPO, STAGE_SERVER_COMMIT, alternated, medians, stage_server_checkout
 
-REPO = Path(__file__).resolve().parents[2]
 _STEP_START = re.compile(r"^step \d+ of \S+: (\S+)$")
 _STEP_END = re.compile(r"^step \d+ of \S+: (\S+) (\S+) in \d+ s$")
 

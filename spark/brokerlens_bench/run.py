@@ -21,7 +21,7 @@ from .generate import DEFAULT_SIZES, PERIODS_PER_DAY
 from .harness import Bench, bench_days, bench_demo_day, bench_landing, bench_sizes
 from .interceptor import SECONDS, WARMUP_SECONDS, bench_interceptor
 from .large import LARGE_MINUTES, bench_large_day
-from .stage_server_commit import bench_dispatch_against_stage_server
+from .stage_server_commit import DISPATCH_RATIOS, bench_dispatch_against_stage_server
 
 log = logging.getLogger("brokerlens.bench")
 
@@ -190,7 +190,7 @@ def targets(results: dict) -> dict:
         out[f"land/floor at demo scale {entry['scale']:g} ({entry['landing_files_mb']} MB)"] = entry["land/floor"]
     if results["sizes"]:
         largest = max(results["sizes"], key=lambda size: size["input_rows"])
-        for name in ("dispatch_periods/plain_pass", "dispatch_periods/duckdb"):
+        for name in DISPATCH_RATIOS:
             out[f"{name} at {largest['input_rows']:,} records"] = largest["ratios"][name]
     for section, name in (
         ("dag", "demo day through the DAG (Spark Connect clients), s"),
@@ -210,7 +210,7 @@ def targets(results: dict) -> dict:
         name = f"dispatch_periods at {rows:,} records, today / {then} (medians of {rounds} alternated runs, each its own process; at most 1)"
         out[name] = versus["today/stage_server"]
         today, before = versus["medians"]["today"], versus["medians"]["stage_server"]
-        for ratio in ("dispatch_periods/plain_pass", "dispatch_periods/duckdb"):
+        for ratio in DISPATCH_RATIOS:
             out[f"{ratio} at {rows:,} records in the same runs, today and {then}"] = f"{today[ratio]}, {before[ratio]}"
     large = results.get("large_day")
     if isinstance(large, dict) and "windows" in large:

@@ -49,6 +49,7 @@ def medians(runs: list[dict], key: str, by: str, sides: tuple[str, str]) -> dict
 
 
 DISPATCH_STAGES = ("plain_pass", "dispatch_periods", "duckdb")
+DISPATCH_RATIOS = ("dispatch_periods/plain_pass", "dispatch_periods/duckdb")
 
 
 def dispatch_sizes_run(tree: Path, work: Path, partitions: int) -> dict:
@@ -67,7 +68,7 @@ def dispatch_sizes_run(tree: Path, work: Path, partitions: int) -> dict:
     return {
         "input_rows": size["input_rows"],
         **{f"{stage}_seconds": size["stages"][stage]["seconds"] for stage in DISPATCH_STAGES},
-        **{name: size["ratios"][name] for name in ("dispatch_periods/plain_pass", "dispatch_periods/duckdb")},
+        **{name: size["ratios"][name] for name in DISPATCH_RATIOS},
     }
 
 
@@ -83,7 +84,7 @@ def bench_dispatch_against_stage_server(work: Path, partitions: int, rounds: int
             with stage_server_checkout(work) as tree:
                 runs.append({"side": side, **sizes_run(tree, work, partitions)})
     sides = ("today", "stage_server")
-    keys = [f"{stage}_seconds" for stage in DISPATCH_STAGES] + ["dispatch_periods/plain_pass", "dispatch_periods/duckdb"]
+    keys = [f"{stage}_seconds" for stage in DISPATCH_STAGES] + list(DISPATCH_RATIOS)
     by_key = {key: medians(runs, key, "side", sides) for key in keys}
     return {
         "stage_server_commit": STAGE_SERVER_COMMIT,
