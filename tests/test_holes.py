@@ -114,22 +114,9 @@ def _entries(ranges, ledgers) -> int:
     return sum(index[(c, d)] - index[(a, b)] for a, b, c, d in ranges)
 
 
-@pytest.mark.slow
-def test_over_cap_exposure_exact_with_cap_from_default_policy_and_override(spark, settings):
-    rng = random.Random(4)
-    ledgers = {10: 5_000, 11: 30_000, 12: 40_000}
-    big = _random_ranges(10_012, ledgers, rng)
-    assert any(a != c for a, _, c, _ in big)  # cross-ledger ranges are in the test
-    small_ledgers = {7: 6, 8: 5, 9: 50}
-    small = _random_ranges(9, small_ledgers, rng)
-    rows = [
-        snap(at(DAY, 3), range_string(big), sub="big", ledger_entries=ledgers, reported=len(big)),
-        snap(at(DAY, 3), range_string(small), sub="policy", cluster="c2", ledger_entries=small_ledgers),
-        snap(at(DAY, 3), range_string(small), sub="override", cluster="c2", namespace="t/special", ledger_entries=small_ledgers),
-        # A spanned ledger of unknown size: exposure unknown, not guessed.
-        snap(at(DAY, 3), "[(1:1..1:3], (1:4..2:1]]", sub="unknown-ledger", cluster="c2", ledger_entries={}),
-    ]
-    write_snapshots(spark, rows, DAY, settings)
+def write_broker_configs(spark, records: list[tuple[datetime, str | None, int]], settings) -> None:
+    """bronze_policies broker-config records of cluster c2: (effective_at, broker or None for the
+    cluster's, managedLedgerMaxUnackedRangesToPersist)."""
     p = table_schema("bronze_policies")
     policy = lambda effective_at, broker, cap: {  # noqa: E731
         "day": DAY,
@@ -150,8 +137,27 @@ def test_over_cap_exposure_exact_with_cap_from_default_policy_and_override(spark
         "line": 1,
         "ingested_at": datetime(2026, 11, 21, 0),
     }
-    policies = [policy(datetime(2026, 11, 21, 0), None, 5), policy(datetime(2026, 11, 21, 4), "broker-1:8080", 1)]
-    write_table(spark.createDataFrame([tuple(r[c] for c in p.column_names) for r in policies], p.struct), "bronze_policies", mode="append", settings=settings)
+    rows = [policy(*r) for r in records]
+    write_table(spark.createDataFrame([tuple(r[c] for c in p.column_names) for r in rows], p.struct), "bronze_policies", mode="append", settings=settings)
+
+
+@pytest.mark.slow
+def test_over_cap_exposure_exact_with_cap_from_default_policy_and_override(spark, settings):
+    rng = random.Random(4)
+    ledgers = {10: 5_000, 11: 30_000, 12: 40_000}
+    big = _random_ranges(10_012, ledgers, rng)
+    assert any(a != c for a, _, c, _ in big)  # cross-ledger ranges are in the test
+    small_ledgers = {7: 6, 8: 5, 9: 50}
+    small = _random_ranges(9, small_ledgers, rng)
+    rows = [
+        snap(at(DAY, 3), range_string(big), sub="big", ledger_entries=ledgers, reported=len(big)),
+        snap(at(DAY, 3), range_string(small), sub="policy", cluster="c2", ledger_entries=small_ledgers),
+        snap(at(DAY, 3), range_string(small), sub="override", cluster="c2", namespace="t/special", ledger_entries=small_ledgers),
+        # A spanned ledger of unknown size: exposure unknown, not guessed.
+        snap(at(DAY, 3), "[(1:1..1:3], (1:4..2:1]]", sub="unknown-ledger", cluster="c2", ledger_entries={}),
+    ]
+    write_snapshots(spark, rows, DAY, settings)
+    write_broker_configs(spark, [(datetime(2026, 11, 21, 0), None, 5), (datetime(2026, 11, 21, 4), "broker-1:8080", 1)], settings)
     custom = settings.model_copy(update={"alerts": AlertSettings(overrides=[AlertOverride(namespace="t/special", cap=4)])})
 
     build_holes(spark, DAY, custom)
@@ -179,6 +185,31 @@ def test_over_cap_exposure_exact_with_cap_from_default_policy_and_override(spark
     assert alerts["big"]["severity"] == "critical" and alerts["big"]["exposure_entries"] == b["exposure_entries"]
     assert "12 ranges over the cap" in alerts["big"]["reason"]
     assert f"{b['exposure_entries']:,} acknowledged entries" in alerts["big"]["reason"]
+
+
+@pytest.mark.slow
+def test_the_cap_in_force_per_broker_and_instant_and_without_a_broker_the_clusters(spark, settings):
+    """The broker config is looked up per (cluster, broker, instant): cursors of one broker at
+    one instant share it, another broker or instant has its own, and a snapshot that names no
+    broker takes the cluster's records only."""
+    small = "[(7:1..7:2], (7:3..7:4]]"
+    rows = [
+        snap(at(DAY, 3), small, sub="b1-at-3", cluster="c2", ledger_entries={7: 6}),
+        snap(at(DAY, 5), small, sub="b1-at-5", cluster="c2", ledger_entries={7: 6}),
+        snap(at(DAY, 5), small, sub="b2-at-5", cluster="c2", ledger_entries={7: 6}, broker="broker-2:8080"),
+        snap(at(DAY, 5), small, sub="no-broker-at-5", cluster="c2", ledger_entries={7: 6}, broker=None),
+    ]
+    write_snapshots(spark, rows, DAY, settings)
+    write_broker_configs(spark, [(datetime(2026, 11, 21, 0), None, 5), (datetime(2026, 11, 21, 4), "broker-1:8080", 1)], settings)
+
+    build_holes(spark, DAY, settings)
+    got = rows_by_sub(spark, "cursor_ranges", DAY, settings)
+    assert {sub: (r["cap"], r["cap_source"], r["over_cap"]) for sub, r in got.items()} == {
+        "b1-at-3": (5, "broker-config", 0),
+        "b1-at-5": (1, "broker-config", 1),
+        "b2-at-5": (5, "broker-config", 0),
+        "no-broker-at-5": (5, "broker-config", 0),
+    }
 
 
 @pytest.mark.slow

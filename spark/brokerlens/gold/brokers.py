@@ -38,7 +38,10 @@ def broker_config_at(rows: DataFrame, policies: DataFrame, keys: list[str], row_
         "removed",
         "broker_config",
     )
-    matched = rows.select(*dict.fromkeys([*row_key, "cluster", "broker"]), at.alias("_at")).join(
+    # Each distinct lookup once: many rows share one (e.g. every cursor of a broker snapshotted at
+    # the same instant), and the lookups' aggregate (max_by over text) is a sort-based one.
+    lookups = rows.select(*dict.fromkeys([*row_key, "cluster", "broker"]), at.alias("_at")).distinct()
+    matched = lookups.join(
         F.broadcast(config),
         (F.col("p_cluster") == F.col("cluster"))
         & (F.col("p_broker").isNull() | (F.col("p_broker") == F.col("broker")))

@@ -52,12 +52,22 @@ def with_persistence(snapshots: DataFrame, policies: DataFrame, metrics: DataFra
     (earlier days' records hold on); ``metrics``: bronze_metrics of the days a broker's version is
     searched in (:func:`~brokerlens.gold.brokers.version_metrics`)."""
     keys = [CAP_KEY, METADATA_STORE_CAP_KEY, LONG_ARRAY_KEY]
-    config = broker_config_at(snapshots, policies, keys, SNAPSHOT_KEY, F.col("snapshot_at"))
+    # Looked up per broker and instant, not per cursor: a broker's cursors share their snapshots'
+    # instants, so the lookups are a few per broker and minute instead of one per snapshot.
+    lookup = ["cluster", "broker", "snapshot_at"]
+    config = broker_config_at(snapshots, policies, keys, lookup, F.col("snapshot_at")).withColumnsRenamed({k: f"_config_{k}" for k in lookup})
+    # A snapshot without a broker takes its cluster's config: matched null-safe.
+    same_lookup = (
+        (F.col("cluster") == F.col("_config_cluster"))
+        & F.col("broker").eqNullSafe(F.col("_config_broker"))
+        & (F.col("snapshot_at") == F.col("_config_snapshot_at"))
+    )
     positive = lambda key: F.when(F.col(key).try_cast("bigint") > 0, F.col(key).try_cast("bigint"))  # noqa: E731
     flag = F.lower(F.trim(F.col(LONG_ARRAY_KEY)))
     versions = version_choice(metrics, day, LONG_ARRAY_SINCE, LONG_ARRAY, RANGES)
     df = (
-        snapshots.join(config, SNAPSHOT_KEY, "left")
+        snapshots.join(config, same_lookup, "left")
+        .drop(*(f"_config_{k}" for k in lookup))
         .join(
             F.broadcast(versions),
             (F.col("cluster") == F.col("v_cluster")) & (F.col("broker") == F.col("v_broker")),
