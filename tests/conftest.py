@@ -20,7 +20,7 @@ os.environ.pop("BROKERLENS_CONFIG", None)
 # The brokerlens processes tests start (commands, Connect servers, the DAG's spark-submits) each
 # run a small day or a query once, in a new JVM: with the quick compiler only, a cold
 # `brokerlens sql` took 10.2 s against 14.2-20.4 s, a cold report 28 s against 32-37 s
-# (2026-11-27, 2 cores). The tests' own sessions take it too (see spark below).
+# (2026-11-27, 2 cores). The tests' own session keeps the JVM's default (see spark below).
 os.environ.setdefault(JIT_ENV, "-XX:TieredStopAtLevel=1")
 
 
@@ -72,11 +72,9 @@ def spark():
 
     # Two shuffle partitions, one per core: the tests' days are tiny, and each task is overhead
     # (make test-fast: 175 s against 197 s with 4, one run each, 2026-11-27).
-    # The quick compiler only, as the processes tests start (JIT_ENV, above): alone, the optimising
-    # compiler's code pays back its work (make test-fast 134.7 s against 146.0 s), but that work is
-    # done on the core the run leaves idle; it cost 200.9 s of CPU against 164.1 s (one run each,
-    # 2026-12-05, 2 cores), and make test keeps both cores busy (99.8 % over its first 7 minutes).
-    session = get_spark(Settings(spark={"shuffle_partitions": 2, "driver_memory": "3g", "driver_java_options": os.environ[JIT_ENV]}))
+    # Long-lived, it runs hundreds of stages: the optimising compiler pays (make test-fast: 164.5 s
+    # against 174.8 s with the quick compiler only, 2026-11-27).
+    session = get_spark(Settings(spark={"shuffle_partitions": 2, "driver_memory": "3g", "driver_java_options": ""}))
     yield session
     session.stop()
 
