@@ -100,3 +100,31 @@ def test_a_local_sessions_python_workers_run_this_interpreter(spark):
 
     worker = spark.range(1).select(udf(lambda _: sys.prefix, "string")("id")).first()[0]
     assert worker == sys.prefix  # the venv, not the Python it was made from
+
+
+def test_local_paths_go_through_brokerlens_file_system_without_crc_side_files(spark, tmp_path):
+    """brokerlens.jvm.LocalFileSystem (file:): what Hadoop's does with a chmod or readlink
+    process, with Java's file API; a Delta table written through it has no .crc side files."""
+    jvm = spark.sparkContext._jvm
+    conf = spark._jsparkSession.sessionState().newHadoopConf()
+    fs = jvm.org.apache.hadoop.fs.FileSystem.get(jvm.java.net.URI("file:///"), conf)
+    assert fs.getClass().getName() == "brokerlens.jvm.LocalFileSystem"
+    fc = jvm.org.apache.hadoop.fs.FileContext.getFileContext(jvm.java.net.URI("file:///"), conf)
+    assert fc.getDefaultFileSystem().getClass().getName() == "brokerlens.jvm.LocalFileSystem$Fs"
+
+    target, link = tmp_path / "target", tmp_path / "link"
+    target.write_text("x")
+    link.symlink_to(target)
+    path = jvm.org.apache.hadoop.fs.Path
+    fs.setPermission(path(str(target)), jvm.org.apache.hadoop.fs.permission.FsPermission(0o640))
+    assert target.stat().st_mode & 0o7777 == 0o640
+    plain, linked = fs.getFileLinkStatus(path(str(target))), fs.getFileLinkStatus(path(str(link)))
+    assert (plain.isSymlink(), plain.getLen()) == (False, 1)
+    assert linked.isSymlink() and linked.getSymlink().toUri().getPath() == str(target)
+
+    table = tmp_path / "table"
+    spark.range(3).write.format("delta").save(str(table))
+    spark.range(3).write.format("delta").mode("overwrite").save(str(table))
+    assert spark.read.format("delta").load(str(table)).count() == 3
+    assert not [p.name for p in table.rglob(".*.crc")]
+    assert sorted(p.name for p in (table / "_delta_log").glob("*.json")) == ["00000000000000000000.json", "00000000000000000001.json"]

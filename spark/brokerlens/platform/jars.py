@@ -11,7 +11,7 @@ Catalog clients (and their Hadoop, Parquet and Jackson copies, 80 MB that Spark 
 are excluded: Delta's Spark connector does not need them for path-based tables.
 
 brokerlens' own classes (``JVM_SOURCES``: gold dispatch's one-pass scan and the Spark SQL extension
-that makes it a table function) are compiled by ``javac`` and by the Scala compiler pyspark ships,
+that makes it a table function, the Connect server's main, the local file system without processes) are compiled by ``javac`` and by the Scala compiler pyspark ships,
 against this pyspark's JARs, into ``<cache>/brokerlens-jvm-<hash>.jar``, the hash naming the sources
 and the Spark version, so a changed source or Spark builds a new JAR and never uses a stale one.
 
@@ -53,6 +53,7 @@ JVM_SOURCES = (
     ("brokerlens.gold.dispatch", "DispatchScan.java"),
     ("brokerlens.gold.dispatch", "DispatchScanExtension.scala"),
     ("brokerlens.platform", "ConnectServer.scala"),
+    ("brokerlens.platform", "LocalFileSystem.java"),
 )
 # The Spark SQL extension in them (``spark.sql.extensions``): gold dispatch's scan as a table function.
 SQL_EXTENSION = "brokerlens.jvm.DispatchScanExtension"

@@ -84,6 +84,16 @@ SESSION_CONF = {
     # VACUUM lists a table's folders with this parallelism (Spark's default: 10,000 tasks).
     "spark.sql.sources.parallelPartitionDiscovery.parallelism": "8",
     "spark.sql.ansi.enabled": "false",
+    # Local paths (file:) through brokerlens' LocalFileSystem.java: Hadoop's own starts a chmod or
+    # readlink process for each file it creates or renames, 13 per Delta commit, and writes a .crc
+    # side file beside each: 40 replacing writes of a small table, 35.5 s of CPU against 38.8 s
+    # (2026-12-05, docs/benchmarks.md).
+    # Set on the session, which its reads and writes take their Hadoop settings from, because
+    # spark-submit reads files before brokerlens' JAR is loaded; not cached, because the file
+    # system spark-submit used is (a new one for each use is a few objects).
+    "fs.file.impl": "brokerlens.jvm.LocalFileSystem",
+    "fs.file.impl.disable.cache": "true",
+    "fs.AbstractFileSystem.file.impl": "brokerlens.jvm.LocalFileSystem$Fs",
 }
 SQL_CONF = {**APPLICATION_CONF, **SESSION_CONF}
 
