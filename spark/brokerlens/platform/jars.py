@@ -11,8 +11,9 @@ Catalog clients (and their Hadoop, Parquet and Jackson copies, 80 MB that Spark 
 are excluded: Delta's Spark connector does not need them for path-based tables.
 
 brokerlens' own classes (``JVM_SOURCES``: gold dispatch's one-pass scan and the Spark SQL extension
-that makes it a table function, the Connect server's main, the local file system without processes) are compiled by ``javac`` and by the Scala compiler pyspark ships,
-against this pyspark's JARs, into ``<cache>/brokerlens-jvm-<hash>.jar``, the hash naming the sources
+that makes it a table function, the Connect server's main, the local file system without
+processes) are compiled by ``javac`` and by the Scala compiler pyspark ships, against this
+pyspark's JARs, into ``<cache>/brokerlens-jvm-<hash>.jar``, the hash naming the sources
 and the Spark version, so a changed source or Spark builds a new JAR and never uses a stale one.
 
 ``python -m brokerlens.platform.jars`` fetches and builds them (``infra/bootstrap.sh`` runs it) and
@@ -165,7 +166,8 @@ def jvm_jar(folder: Path | None = None) -> Path:
     javac, java = _jdk_tool("javac"), _jdk_tool("java")
     if javac is None or java is None:
         raise JarsError(
-            "javac was not found: brokerlens compiles its JVM classes (the dispatch scan, the Connect server's main) "
+            "javac was not found: brokerlens compiles its JVM classes (the dispatch scan, the Connect server's main, "
+            "the local file system) "
             "against Spark's JARs once and "
             "needs a JDK 17 for it (apt-get install openjdk-17-jdk-headless, or set JAVA_HOME)"
         )
