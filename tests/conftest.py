@@ -74,7 +74,18 @@ def spark():
     # (make test-fast: 175 s against 197 s with 4, one run each, 2026-11-27).
     # Long-lived, it runs hundreds of stages: the optimising compiler pays (make test-fast: 164.5 s
     # against 174.8 s with the quick compiler only, 2026-11-27).
-    session = get_spark(Settings(spark={"shuffle_partitions": 2, "driver_memory": "3g", "driver_java_options": ""}))
+    # The JVM starts under a zone half an hour off UTC, as a brokerlens JVM may on an operator's
+    # machine, and must be in UTC all the same (test_timezones builds its day in it). Python's own
+    # zone is the one it read at start: time.tzset is what reads TZ again.
+    before = os.environ.get("TZ")
+    os.environ["TZ"] = "Asia/Kolkata"
+    try:
+        session = get_spark(Settings(spark={"shuffle_partitions": 2, "driver_memory": "3g", "driver_java_options": ""}))
+    finally:
+        if before is None:
+            os.environ.pop("TZ")
+        else:
+            os.environ["TZ"] = before
     yield session
     session.stop()
 

@@ -1,38 +1,38 @@
 """The pipeline gives the same tables, and what people read prints the same instants, whatever
 the time zone of the machine it runs on.
 
-One small demo day, plus dispatch records at the very edges of the day, is landed once. Then:
+One small demo day, plus dispatch records at the very edges of the day, is landed once. Then, all
+in this process and on the test session, each zone set by ``time.tzset`` (Python's local time):
 
-* the whole daily pipeline on a copy of the landing, twice: in this process under ``TZ=UTC``
-  with each step's own command (land, validate, build, alert, report), and in a process under
-  ``TZ=Asia/Kolkata`` (UTC+5:30, a half-hour offset) with ``brokerlens run``, so the two ways must
-  agree too. Every table must hold the same rows in both (but the times a run landed or validated
-  things), the alert mails must say the same, and the day's edges must be where UTC puts them.
-  In Kolkata's local time the day's last millisecond is on the next day and the millisecond
-  before the day on the day itself, so a day boundary taken in local time shows;
+* the whole daily pipeline on a copy of the landing, twice: under ``TZ=UTC`` with each step's own
+  command (land, validate, build, alert, report), and under ``TZ=Asia/Kolkata`` (UTC+5:30, a
+  half-hour offset) with ``brokerlens run``, so the two ways must agree too. Every table must hold
+  the same rows in both (but the times a run landed or validated things), the alert mails must say
+  the same, and the day's edges must be where UTC puts them. In Kolkata's local time the day's
+  last millisecond is on the next day and the millisecond before the day on the day itself, so a
+  day boundary taken in local time shows;
 * a copy of the day as UTC built it before its alert (land to gold) is read by the `brokerlens`
-  command under ``TZ=UTC`` (here), Kolkata and ``TZ=America/Los_Angeles`` (UTC-8 in November, on
-  the other side of UTC): `sql` in its three formats and its interactive mode, `tables`, the day's
-  report and the alert mail. Each zone's output must be UTC's, character for character (but the
-  report's generation time and the mail's Date).
+  command under ``TZ=UTC``, Kolkata and ``TZ=America/Los_Angeles`` (UTC-8 in November, on the other
+  side of UTC): `sql` in its three formats and its interactive mode, `tables`, the day's report and
+  the alert mail. Each zone's output must be UTC's, character for character (but the report's
+  generation time and the mail's Date).
 
-Kolkata's commands run in a process started under its zone (tests/zone_phases.py; one JVM, not
-one per command, as the DAG's tasks do on the Spark Connect server). UTC's and Los Angeles' run at the
-same time in this process, on the test session, each zone set by ``time.tzset`` (Python's local
-time; the session's JVM is in UTC whatever its zone, as every brokerlens JVM is).
+The session's JVM was started under ``TZ=Asia/Kolkata`` (conftest.py), and is in UTC all the same,
+as every brokerlens JVM is: asserted first. One JVM for every command, as the DAG's tasks share the
+Spark Connect server's.
 """
 
 from __future__ import annotations
 
+import contextlib
 import email
+import io
 import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import date, datetime, timedelta, timezone
 from email import policy
@@ -41,13 +41,11 @@ from pathlib import Path
 import pytest
 from aiosmtpd.controller import Controller
 
-from airflow_harness import JIT_ENV
 from alert_helpers import free_port
 from brokerlens.deliver.query import run_sql
 from brokerlens.pipeline import DAILY_STEPS, run_stage
 from brokerlens.platform.schemas import table_schemas
 from brokerlens.settings import reload_settings
-from zone_phases import run_phases
 
 pytestmark = pytest.mark.slow
 
@@ -117,17 +115,59 @@ def smtp_url(port: int) -> str:
     return f"smtp://127.0.0.1:{port}?disable_ssl=true&disable_tls=true"
 
 
-def zone_env(zone: str) -> dict[str, str]:
-    """A brokerlens process's environment under ``TZ=zone``, none of this one's settings."""
-    assert Path("/usr/share/zoneinfo", zone).is_file(), f"time zone data (tzdata) missing for {zone}"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("BROKERLENS_", "AIRFLOW_CONN_")) or k == JIT_ENV}
+def brokerlens_env() -> dict[str, str]:
+    """The environment of a brokerlens process the tests start: none of this one's settings."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("BROKERLENS_", "AIRFLOW_CONN_"))}
     env.update(
-        TZ=zone,
         BROKERLENS_SPARK__SHUFFLE_PARTITIONS="2",
         # Mails link to the report: under one base URL, not each run's own home folder.
         BROKERLENS_REPORT__BASE_URL="https://ops.example.com/brokerlens/",
     )
     return env
+
+
+@contextmanager
+def environment_restored():
+    """This process's environment, zone and settings as they were, after the block."""
+    before = dict(os.environ)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(before)
+        time.tzset()
+        reload_settings()
+
+
+def in_zone(zone: str, home: Path, commands: list[tuple[str, list[str], str]], env: dict[str, str]) -> tuple[dict[str, str], list[tuple]]:
+    """`brokerlens` ``commands`` (name, argv, stdin) run in this process (cli.main) under ``TZ=zone``
+    (Python's local time, by ``time.tzset``), in ``env`` with ``home`` as BROKERLENS_HOME and a
+    mail sink of their own: what each printed, and the mails the sink received."""
+    from brokerlens.cli import main
+
+    assert Path("/usr/share/zoneinfo", zone).is_file(), f"time zone data (tzdata) missing for {zone}"
+    inbox = Inbox()
+    controller = Controller(inbox, hostname="127.0.0.1", port=free_port())
+    controller.start()
+    os.environ.clear()
+    os.environ.update(env, TZ=zone, BROKERLENS_HOME=str(home), AIRFLOW_CONN_SMTP_DEFAULT=smtp_url(controller.port))
+    time.tzset()
+    reload_settings()
+    printed = {}
+    try:
+        for name, argv, stdin in commands:
+            stdin_before, sys.stdin, buffer = sys.stdin, io.StringIO(stdin), io.StringIO()
+            try:
+                with contextlib.redirect_stdout(buffer):
+                    main(log_to_file=False, argv=argv)
+            except SystemExit as exc:
+                assert not exc.code, f"{zone} {name}: exit {exc.code}"
+            finally:
+                sys.stdin = stdin_before
+            printed[name] = buffer.getvalue()
+    finally:
+        controller.stop()
+    return printed, sorted(mail(m) for m in inbox.messages)
 
 
 def tables(home: Path) -> dict[str, list[str]]:
@@ -144,94 +184,20 @@ def tables(home: Path) -> dict[str, list[str]]:
     return out
 
 
-STEPS = [(f"{stage} {layer or ''}".strip(), [stage, "--date", DAY.isoformat(), *(["--layer", layer] if layer else [])]) for stage, layer in DAILY_STEPS]
+STEPS = [(f"{stage} {layer or ''}".strip(), [stage, "--date", DAY.isoformat(), *(["--layer", layer] if layer else [])], "") for stage, layer in DAILY_STEPS]
 BUILD_STEPS, DELIVER_STEPS = STEPS[:5], STEPS[5:]  # land to build gold; alert and report
 
 
-@contextmanager
-def as_a_zones_process():
-    """This process with the environment :func:`zone_env` gives a zone's process (the phases
-    set the zone, run_phases); its environment and zone as they were afterwards."""
-    before = dict(os.environ)
-    env = zone_env("UTC")
-    os.environ.clear()
-    os.environ.update(env)
-    try:
-        yield
-    finally:
-        os.environ.clear()
-        os.environ.update(before)
-        time.tzset()
-        reload_settings()
-
-
-class Phases:
-    """The phases of one process (tests/zone_phases.py), each with its own home and mail sink."""
-
-    def __init__(self, root: Path):
-        self.root, self.phases, self.inboxes, self.controllers = root, [], {}, []
-
-    def add(self, zone: str, kind: str, **phase) -> dict:
-        label = f"{zone} {kind}"
-        inbox = self.inboxes[label] = Inbox()
-        controller = Controller(inbox, hostname="127.0.0.1", port=free_port())
-        controller.start()
-        self.controllers.append(controller)
-        home = self.root / label.replace("/", "_").replace(" ", "-")
-        env = {"BROKERLENS_HOME": str(home), "AIRFLOW_CONN_SMTP_DEFAULT": smtp_url(controller.port)}
-        self.phases.append({"label": label, "kind": kind, "tz": zone, "env": env, **phase})
-        return env
-
-    def pipeline(self, zone: str, landing: Path, steps: bool, built: Path) -> None:
-        """The daily pipeline on a copy of ``landing``: a command per step, publishing the home as
-        ``built`` after build gold, or ``brokerlens run``."""
-        if steps:
-            env = self.add(zone, "run", commands=[(f"run {n}", argv, "") for n, argv in BUILD_STEPS], publish=str(built))
-            deliver = [(f"run {n}", argv, "") for n, argv in DELIVER_STEPS]
-            self.phases.append({**self.phases[-1], "label": f"{zone} deliver", "kind": "deliver", "commands": deliver, "publish": None})
-        else:
-            env = self.add(zone, "run", commands=[("run", ["run", "--date", DAY.isoformat()], "")])
-        shutil.copytree(landing, Path(env["BROKERLENS_HOME"]) / "landing")
-
-    def reads(self, zone: str, built: Path) -> None:
-        """The read commands on a copy of ``built``."""
-        self.add(zone, "read", copy_of=str(built), commands=READ_COMMANDS)
-
-    def run(self, here: bool) -> dict[str, dict]:
-        """{zone: what its phases printed, its tables and mails}: in this process or in one of
-        its own."""
-        try:
-            if here:
-                with as_a_zones_process():
-                    printed = run_phases(self.phases)
-            else:
-                proc = subprocess.run(
-                    [sys.executable, str(Path(__file__).with_name("zone_phases.py")), json.dumps(self.phases)],
-                    env=zone_env(self.phases[0]["tz"]),
-                    capture_output=True,
-                    text=True,
-                    timeout=3600,
-                    cwd=self.root,
-                )
-                assert proc.returncode == 0, f"{self.phases[0]['label']}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-                printed = json.loads(proc.stdout.splitlines()[-1])
-        finally:
-            for controller in self.controllers:
-                controller.stop()
-        out: dict[str, dict] = {}
-        for phase in self.phases:
-            zone, kind = phase["tz"], phase["kind"]
-            got, home, inbox = out.setdefault(zone, {}), Path(phase["env"]["BROKERLENS_HOME"]), self.inboxes.get(phase["label"])
-            if kind == "read":
-                got.update(printed[phase["label"]])
-                report = (home / "reports" / DAY.isoformat() / f"brokerlens-{DAY}.html").read_text()
-                got["report"] = re.sub(r"Generated [^<]*UTC", "Generated (when)", report.replace(str(home), "HOME"))
-                got["alert"] = [line.replace(str(home), "HOME") for line in got["alert"].splitlines() if "sent to" in line]
-                got["mails"] = sorted(mail(m) for m in inbox.messages)
-            elif kind == "run":
-                got["run home"], got["run tables"] = home, tables(home)
-                got["run mails"] = sorted(mail(m) for m in inbox.messages)
-        return out
+def read_outputs(home: Path, printed: dict[str, str], mails: list[tuple]) -> dict:
+    """What the read commands printed, the report they wrote and the mails they sent, comparable
+    across zones and homes."""
+    report = (home / "reports" / DAY.isoformat() / f"brokerlens-{DAY}.html").read_text()
+    return {
+        **printed,
+        "report": re.sub(r"Generated [^<]*UTC", "Generated (when)", report.replace(str(home), "HOME")),
+        "alert": [line.replace(str(home), "HOME") for line in printed["alert"].splitlines() if "sent to" in line],
+        "mails": mails,
+    }
 
 
 def test_tables_mails_and_printed_instants_are_the_same_in_every_zone(tmp_path, monkeypatch, spark, settings):
@@ -250,20 +216,28 @@ def test_tables_mails_and_printed_instants_are_the_same_in_every_zone(tmp_path, 
         )
         + "\n"
     )
-    built = tmp_path / "built"
-    # Kolkata's run and reads in a process of their own; UTC's steps and reads and Los Angeles'
-    # reads here meanwhile (UTC's build gold is the day they all read). A zone set by tzset is
-    # Python's local time; the JVM is in UTC whatever its zone.
-    there, here = Phases(tmp_path / "there"), Phases(tmp_path / "here")
-    there.pipeline("Asia/Kolkata", settings.landing, steps=False, built=built)
-    there.reads("Asia/Kolkata", built)
-    here.pipeline("UTC", settings.landing, steps=True, built=built)
-    here.reads("UTC", built)
-    here.reads("America/Los_Angeles", built)
-    with ThreadPoolExecutor(1) as pool:
-        other_zones = pool.submit(there.run, here=False)
-        outputs = here.run(here=True)
-        outputs |= other_zones.result()
+    # The session's JVM was started under Kolkata's zone (conftest.py), and is in UTC.
+    jvm = spark.sparkContext._jvm
+    assert (jvm.java.lang.System.getenv("TZ"), jvm.java.util.TimeZone.getDefault().getID()) == ("Asia/Kolkata", "UTC")
+    env, built = brokerlens_env(), tmp_path / "built"
+    outputs: dict[str, dict] = {}
+    with environment_restored():
+        # UTC's steps (the day as it stands after build gold, before its alert, is the day every
+        # zone reads), then Kolkata's `brokerlens run`.
+        utc, kolkata = tmp_path / "UTC-run", tmp_path / "Asia_Kolkata-run"
+        shutil.copytree(settings.landing, utc / "landing")
+        utc_mails = in_zone("UTC", utc, BUILD_STEPS, env)[1]
+        shutil.copytree(utc, built)
+        utc_mails += in_zone("UTC", utc, DELIVER_STEPS, env)[1]
+        shutil.copytree(settings.landing, kolkata / "landing")
+        kolkata_mails = in_zone("Asia/Kolkata", kolkata, [("run", ["run", "--date", DAY.isoformat()], "")], env)[1]
+        for zone, home, mails in (("UTC", utc, utc_mails), ("Asia/Kolkata", kolkata, kolkata_mails)):
+            outputs[zone] = {"run home": home, "run tables": tables(home), "run mails": sorted(mails)}
+        # The day built under UTC, read under every zone.
+        for zone in ("UTC", *ZONES):
+            home = tmp_path / f"{zone.replace('/', '_')}-read"
+            shutil.copytree(built, home)
+            outputs.setdefault(zone, {}).update(read_outputs(home, *in_zone(zone, home, READ_COMMANDS, env)))
 
     # The daily pipeline under either zone (a command per step, or `brokerlens run`): the same tables and mails.
     first, other = "UTC", "Asia/Kolkata"
