@@ -18,6 +18,7 @@ from brokerlens.gold.holes.build import build_holes
 from brokerlens.settings import get_settings, reload_settings
 from holes_data import at, snap, write_snapshots
 from pulsar_broker import free_port  # below the ephemeral range (infra/pulsar/standalone.py)
+from brokerlens.platform.frames import rows_frame
 
 D1 = date(2026, 11, 21)
 D2 = D1 + timedelta(days=1)
@@ -150,7 +151,7 @@ def write_limiters(spark, day: date, settings) -> None:
                    share_batch_msgs=None, share_redelivery_msgs=None, share_other_msgs=None,
                    share_redelivery_bytes=None, share_approx_bytes=None)  # fmt: skip
         rows.append(tuple(row[c] for c in schema.column_names))
-    write_table(spark.createDataFrame(rows, schema.struct), "dispatch_daily", "replace", [{"day": day}], settings=settings)
+    write_table(rows_frame(spark, rows, schema.struct), "dispatch_daily", "replace", [{"day": day}], settings=settings)
 
 
 def run_alert(*args):

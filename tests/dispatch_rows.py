@@ -6,6 +6,7 @@ from datetime import date, datetime, timedelta, timezone
 
 from brokerlens.gold.dispatch.periods import dispatch_periods
 from brokerlens.platform.schemas import table_schema
+from brokerlens.platform.frames import rows_frame
 
 D1 = date(2026, 11, 21)
 D2 = D1 + timedelta(days=1)
@@ -52,13 +53,13 @@ def limit(level, msg_limit, *, byte_limit=None, day=D1, topic=None, start=0.0, e
 def frame(spark, table, rows):
     schema = table_schema(table)
     defaults = {"limiter_model": "classic"}  # debt_state rows written before a model was chosen
-    return spark.createDataFrame([tuple(r.get(c, defaults.get(c)) for c in schema.column_names) for r in rows], schema.struct)
+    return rows_frame(spark, [tuple(r.get(c, defaults.get(c)) for c in schema.column_names) for r in rows], schema.struct)
 
 
 def models_frame(spark, models: dict[str, str]):
     """{broker: limiter_model} as limiter_models() returns it."""
     rows = [("c1", b, m, "test") for b, m in models.items()]
-    return spark.createDataFrame(rows, "cluster string, broker string, limiter_model string, limiter_model_source string")
+    return rows_frame(spark, rows, "cluster string, broker string, limiter_model string, limiter_model_source string")
 
 
 def periods_of(spark, intervals, limits, opening=None, model=None):

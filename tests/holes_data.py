@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import date, datetime, timezone
 
 from brokerlens.platform.tables import table_schema, write_table
+from brokerlens.platform.frames import rows_frame
 
 TOPIC = "persistent://t/ns/orders-partition-0"
 
@@ -61,7 +62,7 @@ def snap(
 
 def write_snapshots(spark, rows: list[dict], day: date, settings) -> None:
     schema = table_schema("cursor_snapshots")
-    df = spark.createDataFrame([tuple(r[c] for c in schema.column_names) for r in rows], schema.struct)
+    df = rows_frame(spark, [tuple(r[c] for c in schema.column_names) for r in rows], schema.struct)
     write_table(df, "cursor_snapshots", mode="replace", partitions=[{"day": day}], settings=settings)
 
 

@@ -12,6 +12,7 @@ from html.parser import HTMLParser
 import pytest
 
 from brokerlens.platform.tables import table_schema, write_table
+from brokerlens.platform.frames import rows_frame
 
 DAY = date(2026, 11, 21)
 T0 = datetime(2026, 11, 21, tzinfo=timezone.utc)
@@ -25,7 +26,7 @@ def put(spark, table: str, rows: list[dict], settings) -> None:
     """Append rows given by column name (absent columns are null) to a table."""
     schema = table_schema(table)
     data = [tuple(r.get(c) for c in schema.column_names) for r in rows]
-    write_table(spark.createDataFrame(data, schema.struct), table, "append", settings=settings)
+    write_table(rows_frame(spark, data, schema.struct), table, "append", settings=settings)
 
 
 def period(scope, at, msgs, quota, debt_in):

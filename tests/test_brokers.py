@@ -9,6 +9,7 @@ from pyspark.sql import functions as F
 
 from brokerlens.gold.brokers import broker_config_at
 from brokerlens.gold.dispatch.models import config_by_end_of
+from brokerlens.platform.frames import rows_frame
 
 K, J = "managedLedgerMaxUnackedRangesToPersist", "dispatchRateLimiterFactoryClassName"
 POLICY = "kind string, cluster string, broker string, effective_at timestamp, removed boolean, broker_config map<string,string>"
@@ -19,7 +20,8 @@ def at(day: int, hour: int, minute: int = 0) -> datetime:
 
 
 def policies(spark):
-    return spark.createDataFrame(
+    return rows_frame(
+        spark,
         [
             ("broker-config", "c1", None, at(20, 10), False, {K: "100"}),  # the cluster's, the day before
             ("broker-config", "c1", "b1", at(21, 6), False, {K: "200"}),  # b1's own
@@ -34,7 +36,8 @@ def policies(spark):
 
 
 def test_the_value_in_force_at_each_row(spark):
-    rows = spark.createDataFrame(
+    rows = rows_frame(
+        spark,
         [
             (i, "c1", broker, t)
             for i, (broker, t) in enumerate(
@@ -64,7 +67,7 @@ def test_the_value_in_force_at_each_row(spark):
 
 
 def test_by_the_end_of_the_day_for_every_broker(spark):
-    brokers = spark.createDataFrame([("c1", "b1"), ("c1", "b2"), ("c2", "b7"), ("c3", "b9")], "cluster string, broker string")
+    brokers = rows_frame(spark, [("c1", "b1"), ("c1", "b2"), ("c2", "b7"), ("c3", "b9")], "cluster string, broker string")
     got = {(r["cluster"], r["broker"]): r[K] for r in config_by_end_of(brokers, policies(spark), [K], date(2026, 11, 21)).collect()}
     # 400 takes effect at midnight: the next day's, not this day's.
     assert got == {("c1", "b1"): "300", ("c1", "b2"): "300", ("c2", "b7"): "999", ("c3", "b9"): None}

@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 from brokerlens import cli
 from brokerlens.platform.spark import java_options
 from brokerlens.platform.tables import table_schema, write_table
+from brokerlens.platform.frames import rows_frame
 
 
 def seed_quarantine(spark, settings):
@@ -23,7 +24,7 @@ def seed_quarantine(spark, settings):
         (date(2026, 11, 21), "land", "dispatch", "d.jsonl", i, r, None, "{}", datetime(2026, 11, 21, 1))
         for i, r in enumerate(["duplicate", "duplicate", "negative-counter"], start=1)
     ]
-    write_table(spark.createDataFrame(rows, table_schema("quarantine").struct), "quarantine", "append", settings=settings)
+    write_table(rows_frame(spark, rows, table_schema("quarantine").struct), "quarantine", "append", settings=settings)
 
 
 @pytest.mark.slow

@@ -14,11 +14,13 @@ from brokerlens.gold.dispatch.debt import closing_debt
 from brokerlens.gold.dispatch.periods import dispatch_periods
 from brokerlens.silver.intervals import counter_intervals, counter_snapshots, with_msgs_per_entry
 from dispatch_rows import BROKER, CLASSIC, D1, at, frame, interval, limit, offset, partition
+from brokerlens.platform.frames import rows_frame
 
 
 def rules_frame(spark, non_backlog: bool, filtered: bool = False, threshold: int = 1000):
     """limiter_models joined with counting_rules for BROKER, as _day_models returns them."""
-    return spark.createDataFrame(
+    return rows_frame(
+        spark,
         [("c1", BROKER, CLASSIC, "test", non_backlog, filtered, threshold, "test")],
         "cluster string, broker string, limiter_model string, limiter_model_source string, "
         "throttle_non_backlog boolean, throttle_filtered boolean, cursor_backlogged_threshold bigint, "
@@ -133,7 +135,7 @@ def test_counting_rules_from_broker_config_over_settings(spark):
         cfg("b3", {"dispatchThrottlingOnNonBacklogConsumerEnabled": "true"}, 0),
         cfg("b3", None, 60, removed=True),
     ])  # fmt: skip
-    brokers = spark.createDataFrame([("c1", b) for b in ("b1", "b2", "b3")], "cluster string, broker string")
+    brokers = rows_frame(spark, [("c1", b) for b in ("b1", "b2", "b3")], "cluster string, broker string")
     rules = {r["broker"]: r.asDict() for r in counting_rules(
         brokers, policies, D1, {"dispatchThrottlingOnNonBacklogConsumerEnabled": False}).collect()}  # fmt: skip
     pick = lambda b: (rules[b]["throttle_non_backlog"], rules[b]["throttle_filtered"], rules[b]["cursor_backlogged_threshold"])  # noqa: E731

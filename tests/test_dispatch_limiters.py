@@ -10,6 +10,7 @@ from brokerlens.gold.dispatch.debt import closing_debt
 from brokerlens.gold.dispatch.models import limiter_models
 from brokerlens.gold.dispatch.periods import dispatch_periods
 from brokerlens.platform.schemas import table_schema
+from brokerlens.platform.frames import rows_frame
 from dispatch_rows import (
     BROKER,
     CLASSIC,
@@ -161,7 +162,7 @@ def test_brokers_of_both_versions_get_their_own_model(spark):
     ranges = {"b32:8080": "3.2.1", "b334:8080": "3.3.4", "b335:8080": "3.3.5", "b403:8080": "4.0.3",
               "b404:8080": "4.0.4", "b42:8080": "4.2.4", "b5:8080": "5.0.1"}  # fmt: skip
     factory = "org.apache.pulsar.broker.service.persistent.DispatchRateLimiterFactory"
-    brokers = spark.createDataFrame([("c1", b) for b in (old, new, pinned, *ranges)], "cluster string, broker string")
+    brokers = rows_frame(spark, [("c1", b) for b in (old, new, pinned, *ranges)], "cluster string, broker string")
     metrics = frame(
         spark,
         "bronze_metrics",
@@ -205,7 +206,7 @@ def test_brokers_of_both_versions_get_their_own_model(spark):
                          frame(spark, "rate_limits", [limit("topic", 10, topic=t)]), None,
                          models_frame(spark, {b: m for b, (m, _) in models.items()})),
         None,
-        spark.createDataFrame([], table_schema("debt_state").struct),
+        rows_frame(spark, [], table_schema("debt_state").struct),
         D1,
     )  # fmt: skip
     assert {r["broker"]: r["limiter_model"] for r in daily.collect()} == {old: CLASSIC, new: PERIODIC}

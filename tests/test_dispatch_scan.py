@@ -17,6 +17,7 @@ from brokerlens.gold.dispatch.cursors import CAUGHT_UP, CURSOR_SOURCE
 from brokerlens.gold.dispatch.periods import scan
 from brokerlens.gold.dispatch.scopes import SCOPE
 from brokerlens.platform.jvm import executed_plan
+from brokerlens.platform.frames import rows_frame
 
 S = 1_000_000
 COLUMNS = [
@@ -42,7 +43,7 @@ def row(sub, second, kind, amount, state=None, *, limited=True, q=None):
 
 
 def scanned(spark, rows):
-    out = scan(spark.createDataFrame(rows, SCHEMA))
+    out = scan(rows_frame(spark, rows, SCHEMA))
     keep = ["subscription", "t0_us", "is_record", "_cursor_last", "counted_msgs", "_x_in_msgs", "_x_out_msgs",
             "_x_in_bytes", "_x_out_bytes", "_next_t0_us"]  # fmt: skip
     return sorted(tuple(r) for r in out.select(*keep).collect())
@@ -76,13 +77,13 @@ def test_scan_outputs_of_a_worked_day(spark):
 
 
 def test_a_missing_column_is_named(spark):
-    frame = spark.createDataFrame([row("s1", 0, "record", 1)], SCHEMA).drop("_seg_msgs")
+    frame = rows_frame(spark, [row("s1", 0, "record", 1)], SCHEMA).drop("_seg_msgs")
     with pytest.raises(IllegalArgumentException, match="DispatchScan: no column _seg_msgs"):
         scan(frame)
 
 
 def test_the_scan_is_a_table_function_the_planner_feeds(spark):
-    rows = spark.createDataFrame([row("s1", 0, "record", 12), row("s1", 0, "debt", 5), row("s2", 0, "record", 3)], SCHEMA)
+    rows = rows_frame(spark, [row("s1", 0, "record", 12), row("s1", 0, "debt", 5), row("s2", 0, "record", 3)], SCHEMA)
     rows.createOrReplaceTempView("scan_rows")
     try:
         query = f"""SELECT subscription, t0_us, counted_msgs, _x_in_msgs, _x_out_msgs
@@ -101,7 +102,7 @@ def test_the_scan_is_a_table_function_the_planner_feeds(spark):
 
 
 def test_a_wrong_call_gets_the_usage(spark):
-    spark.createDataFrame([row("s1", 0, "record", 1)], SCHEMA).createOrReplaceTempView("scan_rows")
+    rows_frame(spark, [row("s1", 0, "record", 1)], SCHEMA).createOrReplaceTempView("scan_rows")
     try:
         with pytest.raises((AnalysisException, IllegalArgumentException), match=r"brokerlens_dispatch_scan\(TABLE\(rows\), 'scope columns"):
             spark.sql("SELECT * FROM brokerlens_dispatch_scan(TABLE(scan_rows), 'level')")

@@ -14,6 +14,7 @@ from brokerlens.gold.holes.build import build_holes
 from brokerlens.gold.holes.cursor_ranges import ESTIMATED_BYTES_PER_RANGE
 from brokerlens.gold.holes.settings import AlertOverride, AlertSettings
 from brokerlens.platform.tables import read_table, table_schema, write_table
+from brokerlens.platform.frames import rows_frame
 
 DAY = date(2026, 11, 21)
 
@@ -46,7 +47,8 @@ def test_ranges_seed_example_ledgers_empty_and_malformed(spark, settings):
     write_snapshots(spark, rows, DAY, settings)
     # Another build step's quarantine rows of the same day must survive this step's replace.
     q = table_schema("quarantine")
-    other = spark.createDataFrame(
+    other = rows_frame(
+        spark,
         [(DAY, "build", "dispatch_periods", "x.jsonl", 1, "negative-counter", None, "{}", datetime(2026, 11, 21, 2))],
         q.struct,
     )
@@ -138,7 +140,7 @@ def write_broker_configs(spark, records: list[tuple[datetime, str | None, int]],
         "ingested_at": datetime(2026, 11, 21, 0),
     }
     rows = [policy(*r) for r in records]
-    write_table(spark.createDataFrame([tuple(r[c] for c in p.column_names) for r in rows], p.struct), "bronze_policies", mode="append", settings=settings)
+    write_table(rows_frame(spark, [tuple(r[c] for c in p.column_names) for r in rows], p.struct), "bronze_policies", mode="append", settings=settings)
 
 
 @pytest.mark.slow

@@ -16,6 +16,7 @@ from pyspark.sql import functions as F
 from brokerlens.gold.holes.ranges import parse_ranges, range_stats
 from brokerlens.land.bronze import land_day
 from brokerlens.platform.tables import read_table
+from brokerlens.platform.frames import rows_frame
 
 REAL = Path(__file__).parent / "fixtures" / "real"
 DAY = date(2020, 3, 9)  # the day the Pulsar 2.5.0 /metrics dumps were taken
@@ -91,7 +92,8 @@ def check_internal_stats(spark, settings):
     assert np["mark_delete_position"] is None and np["entries_added_counter"] == 120
 
     # The old `‥` separator with a trailing ", ]": two ranges, (3134..3136] + (3137..3140] = 2 + 3 entries.
-    snap = spark.createDataFrame(
+    snap = rows_frame(
+        spark,
         [("standalone", old["topic"], old["cursor"], datetime(2020, 3, 9, 17, 25), 10000, old["individually_deleted_messages"])],
         "cluster string, topic string, subscription string, snapshot_at timestamp, cap int, individually_deleted_messages string",
     ).withColumn("ledger_entries", F.create_map().cast("map<bigint,bigint>"))

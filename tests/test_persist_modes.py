@@ -17,6 +17,7 @@ from brokerlens.gold.holes.build import build_holes
 from brokerlens.gold.holes.cursor_ranges import ENTRY_LIMIT_BYTES, cursor_ranges_frame, parsed_snapshots
 from brokerlens.gold.holes.settings import AlertSettings
 from brokerlens.platform.tables import read_table, table_schema, write_table
+from brokerlens.platform.frames import rows_frame
 
 DAY = date(2026, 11, 21)
 MIB = 1024 * 1024
@@ -68,7 +69,7 @@ def config_row(cluster: str, broker: str | None, config: dict[str, str]) -> dict
 
 def append(spark, table: str, rows: list[dict], settings) -> None:
     schema = table_schema(table)
-    write_table(spark.createDataFrame([tuple(r[c] for c in schema.column_names) for r in rows], schema.struct), table, mode="append", settings=settings)
+    write_table(rows_frame(spark, [tuple(r[c] for c in schema.column_names) for r in rows], schema.struct), table, mode="append", settings=settings)
 
 
 @pytest.mark.slow

@@ -13,6 +13,7 @@ from brokerlens.gold.producers.health import broker_view, health
 from brokerlens.gold.producers.lint import lint
 from brokerlens.platform.schemas import table_schema
 from brokerlens.gold.producers.settings import ProducerSettings, PublishRateLimit
+from brokerlens.platform.frames import rows_frame
 
 DAY = date(2026, 11, 21)
 T0 = datetime(2026, 11, 21, 10, 0, 0)
@@ -59,7 +60,7 @@ def snapshot(minute=0, producer="app-1", **fields):
 
 def frame(spark, table, rows):
     schema = table_schema(table)
-    return spark.createDataFrame([tuple(r[c] for c in schema.column_names) for r in rows], schema.struct)
+    return rows_frame(spark, [tuple(r[c] for c in schema.column_names) for r in rows], schema.struct)
 
 
 def lint_rows(spark, *rows):

@@ -12,7 +12,8 @@ from datetime import date, datetime
 from landing_helpers import FIXTURES, install_fixtures, rows
 
 from brokerlens.land.bronze import land_day
-from brokerlens.platform.tables import empty_frame, read_table
+from brokerlens.platform.frames import empty_frame
+from brokerlens.platform.tables import read_table
 from brokerlens.silver.build import build_silver
 
 DAY = date(2026, 11, 21)

@@ -17,13 +17,14 @@ from typer.testing import CliRunner
 from brokerlens import cli
 from brokerlens.deliver.repl import split_statements
 from brokerlens.platform.tables import table_schema, write_table
+from brokerlens.platform.frames import rows_frame
 
 REASONS = ["duplicate", "duplicate", "negative-counter"]
 
 
 def seed_quarantine(spark, settings):
     rows = [(date(2026, 11, 21), "land", "dispatch", "d.jsonl", i, r, None, "{}", datetime(2026, 11, 21, 1)) for i, r in enumerate(REASONS, start=1)]
-    write_table(spark.createDataFrame(rows, table_schema("quarantine").struct), "quarantine", "append", settings=settings)
+    write_table(rows_frame(spark, rows, table_schema("quarantine").struct), "quarantine", "append", settings=settings)
 
 
 def test_statements_end_at_semicolons_outside_quotes_and_comments():

@@ -25,13 +25,15 @@ from brokerlens.deliver.query import run_sql
 from brokerlens.platform import table_admin, tables
 from brokerlens.platform.tables import TableError, merge_table, read_table, table_version, write_table
 from test_tables_merge import debt_rows
+from brokerlens.platform.frames import rows_frame
 
 D1, D2 = date(2026, 11, 21), date(2026, 11, 22)
 AT = datetime(2026, 11, 21, 10, 0, tzinfo=timezone.utc)
 
 
 def quarantine_rows(spark, day, n, reason, stage="land"):
-    return spark.createDataFrame(
+    return rows_frame(
+        spark,
         [(day, stage, "dispatch", "d/f.jsonl", i + 1, reason, None, "{}", AT) for i in range(n)],
         tables.table_schema("quarantine").struct,
     )

@@ -12,6 +12,7 @@ import pytest
 from brokerlens.deliver.query import run_sql
 from brokerlens.platform import tables
 from brokerlens.platform.tables import merge_table, read_table
+from brokerlens.platform.frames import rows_frame
 
 D1, D2 = date(2026, 11, 21), date(2026, 11, 22)
 
@@ -29,7 +30,8 @@ def debt_rows(spark, day, rows):
         "last_period_start": None,
         "limiter_model": "classic",
     }
-    return spark.createDataFrame(
+    return rows_frame(
+        spark,
         [tuple({**base, "topic": t, "debt_msgs": msgs}[c] for c in schema.column_names) for t, msgs in rows],
         schema.struct,
     )

@@ -10,6 +10,7 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
 from brokerlens.gold.token_bucket import conformance, parse_limit
+from brokerlens.platform.frames import rows_frame
 
 T0 = datetime(2026, 11, 21, 10, 0, 0)
 
@@ -58,7 +59,8 @@ def reference(amounts: dict[int, float], rate: float, burst: float) -> dict[int,
 
 
 def simulate(spark, rows):
-    df = spark.createDataFrame(
+    df = rows_frame(
+        spark,
         [(k, T0 + timedelta(seconds=s), 1.0, float(a), float(r), float(b)) for k, s, a, r, b in rows],
         "series int, interval_start timestamp, interval_seconds double, observed double, rate double, burst double",
     )

@@ -38,6 +38,7 @@ from brokerlens.deliver.settings import DeliverStepSettings
 from brokerlens.gold.holes.alerts import SEVERITY_RANK
 from brokerlens.gold.holes.persistence import KEY
 from brokerlens.gold.holes.settings import AlertSettings, RecipientGroup
+from brokerlens.platform.frames import rows_frame
 from brokerlens.platform.schemas import table_schema
 from brokerlens.platform.stage import StageFailed, StageResult
 from brokerlens.platform.tables import merge_table, read_table, sql_equals
@@ -254,8 +255,8 @@ def record(spark: SparkSession, day: date, msg_id: str, rows: list[dict], settin
     replaced by ``rows`` (pending rows before it is sent, sent rows once accepted, none when the
     server did not take it); sent rows are never replaced."""
     schema = table_schema("alert_notifications")
-    # sent_at is aware (UTC): PySpark would read a naive one in the process's time zone.
-    new = spark.createDataFrame([tuple(r[c] for c in schema.column_names) for r in rows], schema.struct)
+    # sent_at is aware (UTC), as rows_frame needs: it would read a naive one as UTC.
+    new = rows_frame(spark, rows, schema.struct)
     pending = f"t.status = '{PENDING}'"
     merge_table(
         new,

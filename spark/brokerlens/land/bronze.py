@@ -20,11 +20,12 @@ from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
 from brokerlens.land.settings import LandStepSettings
+from brokerlens.platform.frames import empty_frame, rows_frame
 from brokerlens.platform.progress import progress
 from brokerlens.platform.schemas import table_schema
 from brokerlens.platform.spark import in_parallel
 from brokerlens.platform.stage import StageResult
-from brokerlens.platform.tables import WriteResult, empty_frame, read_table, write_table
+from brokerlens.platform.tables import WriteResult, read_table, write_table
 
 from . import dispatch, internal_stats, metrics, policies, producer_stats, topic_stats
 from .checks import mark_duplicates, quarantine_frame
@@ -102,7 +103,7 @@ def _parsed_envelopes(parser, records: DataFrame, day: date) -> DataFrame:
 
 def not_read_frame(spark: SparkSession, not_read: list[NotRead], day: date, kind: str) -> DataFrame:
     rows = [(day, "land", kind, n.source_file, None, n.reason, n.detail, None, n.ingested_at) for n in not_read]
-    return spark.createDataFrame(rows, table_schema("quarantine").struct)
+    return rows_frame(spark, rows, table_schema("quarantine").struct)
 
 
 def _land_kind_to_bronze(spark: SparkSession, parser, day: date, settings: LandStepSettings, files: KindFiles, kept: ExitStack):

@@ -20,6 +20,8 @@ from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from brokerlens.platform.frames import rows_frame
+
 RECORD_SCHEMA = T.StructType(
     [
         T.StructField("source_file", T.StringType(), False),
@@ -44,7 +46,7 @@ def _source_file(path_col: str) -> F.Column:
 def read_whole(spark: SparkSession, paths: list[Path]) -> DataFrame:
     """One record per file (stats JSON), all files in one Spark job."""
     if not paths:
-        return spark.createDataFrame([], RECORD_SCHEMA)
+        return rows_frame(spark, [], RECORD_SCHEMA)
     df = spark.read.text([str(p) for p in paths], wholetext=True)
     return df.select(
         _source_file("_metadata.file_path").alias("source_file"),
@@ -76,7 +78,7 @@ def read_lines(spark: SparkSession, paths: list[Path]) -> Lines:
     the records' count (:meth:`Lines.count`) needs no pass of its own.
     """
     if not paths:
-        return Lines(spark.createDataFrame([], RECORD_SCHEMA), spark.createDataFrame([], "records bigint"))
+        return Lines(rows_frame(spark, [], RECORD_SCHEMA), rows_frame(spark, [], "records bigint"))
     df = spark.read.text([str(p) for p in paths]).select(
         _without_bom(F.col("value")).alias("raw"),
         F.col("_metadata.file_path").alias("path"),

@@ -37,6 +37,7 @@ from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from .frames import empty_frame
 from .schemas import TableSchema, table_schema
 from .settings import PlatformSettings
 
@@ -130,10 +131,6 @@ def tagged_commit(spark: SparkSession, location: str, write_id: str, since: date
         if (m := _COMMIT_FILE.fullmatch(file_name)) and write_id in (info.get("userMetadata") or ""):
             return int(m[1]), info
     return None
-
-
-def empty_frame(name: str, spark: SparkSession) -> DataFrame:
-    return spark.createDataFrame([], table_schema(name).struct)
 
 
 # --------------------------------------------------------------------------------------- read

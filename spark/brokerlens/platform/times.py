@@ -8,7 +8,8 @@ tagged UTC, so every row that leaves Spark for a person or a program goes throug
 each TIMESTAMP (in structs, arrays and maps too) an aware UTC datetime, whatever the zones. A
 TIMESTAMP_NTZ has no zone and stays the naive wall time it holds. Printers then write instants
 with :func:`iso` or :func:`minute`, which say UTC. The other way, brokerlens gives Spark aware
-datetimes only: a naive one given to ``createDataFrame`` or ``lit`` is read in the process's zone.
+datetimes only: a naive one given to ``createDataFrame`` or ``lit`` is read in the process's zone
+(given to :func:`brokerlens.platform.frames.rows_frame`, as UTC).
 """
 
 from __future__ import annotations

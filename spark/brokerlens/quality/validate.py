@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from brokerlens.platform.frames import rows_frame
 from brokerlens.platform.redact import redact
 from brokerlens.platform.schemas import package_data, table_schemas
 from brokerlens.platform.settings import PlatformSettings
@@ -179,7 +180,7 @@ def validate_day(spark: SparkSession, day: date, settings: PlatformSettings, lay
                     f" {row['detail']}".rstrip()
                 )
             (failures if severity == CRITICAL else warnings).append(line)
-    history = spark.createDataFrame(rows, read_table("validation_results", spark=spark, settings=settings).schema)
+    history = rows_frame(spark, rows, read_table("validation_results", spark=spark, settings=settings).schema)
     result.writes.append(write_table(history, "validation_results", mode="append", settings=settings))
     folder = settings.reports / "validation" / day.isoformat()
     folder.mkdir(parents=True, exist_ok=True)

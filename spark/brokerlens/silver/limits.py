@@ -9,6 +9,8 @@ from datetime import date, datetime, timedelta, timezone
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
+from brokerlens.platform.frames import rows_frame
+
 from .topics import base_topic, namespace_of
 
 FOREVER = datetime(9999, 12, 31, tzinfo=timezone.utc)
@@ -115,7 +117,8 @@ def rate_limits(policies: DataFrame, topic_stats: DataFrame, internal: DataFrame
     rates = policy_intervals(records).where((F.col("valid_to") > F.lit(start)) & (F.col("valid_from") < F.lit(end)))
     keys = broker_key_intervals(records, brokers).where((F.col("valid_to") > F.lit(start)) & (F.col("valid_from") < F.lit(end)))
 
-    levels = spark.createDataFrame(
+    levels = rows_frame(
+        spark,
         [TOPIC_LEVEL, SUBSCRIPTION_LEVEL],
         "level string, topic_kind string, namespace_kind string, msg_key string, byte_key string",
     )

@@ -10,6 +10,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from brokerlens.deliver.settings import DeliverStepSettings
+from brokerlens.platform.frames import rows_frame
 from brokerlens.platform.tables import read_table
 from brokerlens.platform.times import collect, first
 
@@ -121,7 +122,7 @@ def cursor_section(spark: SparkSession, day: date, settings: DeliverStepSettings
 
     top = rows[: settings.report.top_subscriptions]
     first_day = day - timedelta(days=settings.report.trend_days - 1)
-    top_df = spark.createDataFrame([tuple(r[k] for k in SUBSCRIPTION) for r in top], today.select(*SUBSCRIPTION).schema)
+    top_df = rows_frame(spark, [tuple(r[k] for k in SUBSCRIPTION) for r in top], today.select(*SUBSCRIPTION).schema)
     buckets = collect(
         read_table("cursor_ranges", spark=spark, settings=settings)
         .where(F.col("day").between(F.lit(first_day), F.lit(day)) & F.col("ranges").isNotNull())

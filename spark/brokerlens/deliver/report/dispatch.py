@@ -10,6 +10,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from brokerlens.deliver.settings import DeliverStepSettings
+from brokerlens.platform.frames import rows_frame
 from brokerlens.platform.times import collect, first
 
 from .blocks import Number, Section, Table, day_rows, fmt, fmt_bytes, limited, pct, short_topic
@@ -136,7 +137,7 @@ def dispatch_section(spark: SparkSession, day: date, settings: DeliverStepSettin
     )
 
     top = rows[: settings.report.top_scopes]
-    top_df = spark.createDataFrame([tuple(r[k] for k in SCOPE) for r in top], daily.select(*SCOPE).schema)
+    top_df = rows_frame(spark, [tuple(r[k] for k in SCOPE) for r in top], daily.select(*SCOPE).schema)
     minutes = collect(
         _null_safe_join(day_rows(spark, "dispatch_periods", day, settings), top_df, SCOPE)
         .withColumn("minute", F.floor((F.unix_timestamp("period_start") - _epoch(day)) / 60).cast("int"))

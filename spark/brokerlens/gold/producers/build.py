@@ -10,10 +10,11 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from brokerlens.gold.producers.settings import ProducersStepSettings
+from brokerlens.platform.frames import empty_frame
 from brokerlens.platform.schemas import table_schema
 from brokerlens.platform.spark import persisted
 from brokerlens.platform.stage import StageResult
-from brokerlens.platform.tables import empty_frame, read_table, write_table
+from brokerlens.platform.tables import read_table, write_table
 
 from .config import configurations, with_config_hash
 from .health import broker_view, health

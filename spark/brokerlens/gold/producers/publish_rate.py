@@ -9,6 +9,7 @@ from pyspark.sql import functions as F
 
 from brokerlens.gold.producers.settings import ProducerSettings
 from brokerlens.gold.token_bucket import conformance, parse_limit
+from brokerlens.platform.frames import rows_frame
 
 from .config import PRODUCER, partitions_at_least_one
 
@@ -42,7 +43,7 @@ def publish_conformance(snapshots: DataFrame, config: ProducerSettings) -> DataF
     if not limits:
         return None
     spark = snapshots.sparkSession
-    limit_df = spark.createDataFrame(limits, "scope string, dimension string, limit_text string, per_partition_rate double, per_partition_burst double")
+    limit_df = rows_frame(spark, limits, "scope string, dimension string, limit_text string, per_partition_rate double, per_partition_burst double")
     namespace = F.regexp_extract("topic", r"^[a-z-]+://([^/]+/[^/]+)/", 1)
     seconds = config.stats_interval_seconds
     series = snapshots.select(
