@@ -65,10 +65,17 @@ def pytest_collection_modifyitems(config, items):
         items.sort(key=unit_order)  # stable: each file's tests stay in their order
 
 
+# The tests' session collects with the parallel collector, not G1: its hundreds of stages make
+# short-lived garbage, which G1's concurrent work and write barriers cost more CPU for (make
+# test-fast: 162 and 170 s of CPU against 178 and 181 s, alternated, 2026-12-05, 2 cores). A
+# short JVM shows no difference (docs/benchmarks.md), so brokerlens' own keep the JVM's default.
+PARALLEL_GC = "-XX:+UseParallelGC"
+
+
 @pytest.fixture(scope="session")
 def spark():
-    from brokerlens.settings import Settings
     from brokerlens.platform.spark import get_spark
+    from brokerlens.settings import Settings
 
     # Two shuffle partitions, one per core: the tests' days are tiny, and each task is overhead
     # (make test-fast: 175 s against 197 s with 4, one run each, 2026-11-27).
@@ -80,7 +87,7 @@ def spark():
     before = os.environ.get("TZ")
     os.environ["TZ"] = "Asia/Kolkata"
     try:
-        session = get_spark(Settings(spark={"shuffle_partitions": 2, "driver_memory": "3g", "driver_java_options": ""}))
+        session = get_spark(Settings(spark={"shuffle_partitions": 2, "driver_memory": "3g", "driver_java_options": PARALLEL_GC}))
     finally:
         if before is None:
             os.environ.pop("TZ")
@@ -135,8 +142,20 @@ def brokerlens_command():
     return lambda *args: [str(Path(sys.executable).with_name("brokerlens")), *args]
 
 
+BROKER_POOL = pytest.StashKey["BrokerPool"]()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def brokers_stopped_after_each_file(request):
+    """The live brokers a test file started stop when it ends (BrokerPool.stop_running)."""
+    yield
+    pool = request.config.stash.get(BROKER_POOL, None)
+    if pool is not None:
+        pool.stop_running()
+
+
 @pytest.fixture(scope="session")
-def pulsar_brokers(tmp_path_factory):
+def pulsar_brokers(tmp_path_factory, request):
     """Live Apache Pulsar standalone brokers (tests/pulsar_broker.py): ``pulsar_brokers.get(version,
     config)`` starts one per version and broker.conf overrides, or returns the running one.
     ``BROKERLENS_SKIP_PULSAR_TESTS=1`` skips every test that uses it; nothing else does: a missing
@@ -146,6 +165,6 @@ def pulsar_brokers(tmp_path_factory):
     reason = skip_reason()
     if reason:
         pytest.skip(reason)
-    pool = BrokerPool(tmp_path_factory.mktemp("pulsar"))
+    pool = request.config.stash[BROKER_POOL] = BrokerPool(tmp_path_factory.mktemp("pulsar"))
     yield pool
     pool.close()
