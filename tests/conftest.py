@@ -6,6 +6,7 @@ import logging
 import os
 import sys
 from pathlib import Path
+from unittest import mock
 
 import pytest
 
@@ -84,15 +85,8 @@ def spark():
     # The JVM starts under a zone half an hour off UTC, as a brokerlens JVM may on an operator's
     # machine, and must be in UTC all the same (test_timezones builds its day in it). Python's own
     # zone is the one it read at start: time.tzset is what reads TZ again.
-    before = os.environ.get("TZ")
-    os.environ["TZ"] = "Asia/Kolkata"
-    try:
+    with mock.patch.dict(os.environ, TZ="Asia/Kolkata"):
         session = get_spark(Settings(spark={"shuffle_partitions": 2, "driver_memory": "3g", "driver_java_options": PARALLEL_GC}))
-    finally:
-        if before is None:
-            os.environ.pop("TZ")
-        else:
-            os.environ["TZ"] = before
     yield session
     session.stop()
 

@@ -116,7 +116,7 @@ def smtp_url(port: int) -> str:
 
 
 def brokerlens_env() -> dict[str, str]:
-    """The environment of a brokerlens process the tests start: none of this one's settings."""
+    """The environment the commands run in: none of this process's settings."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("BROKERLENS_", "AIRFLOW_CONN_"))}
     env.update(
         BROKERLENS_SPARK__SHUFFLE_PARTITIONS="2",

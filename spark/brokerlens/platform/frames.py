@@ -22,21 +22,16 @@ from .schemas import table_schema
 def rows_frame(spark: SparkSession, rows: Iterable[Sequence[Any] | Mapping[str, Any]], schema: StructType | str) -> DataFrame:
     """A DataFrame of ``rows`` in ``schema`` (a ``StructType`` or its DDL): each row a tuple in the
     schema's column order, or a mapping or named ``Row`` by column name (a column it lacks is
-    null). Datetimes must be aware
-    (platform/times.py): a naive one is taken as UTC, where PySpark's own path takes it in the
-    process's zone."""
+    null), as a struct's value is at any depth. Datetimes must be aware (platform/times.py): a
+    naive one is taken as UTC, where PySpark's own path takes it in the process's zone."""
     struct = schema if isinstance(schema, StructType) else DataType.fromDDL(schema)
     assert isinstance(struct, StructType), f"not a row schema: {schema}"
     names = struct.fieldNames()
     columns: list[list[Any]] = [[] for _ in names]
     for row in rows:
-        if isinstance(row, Row) and hasattr(row, "__fields__"):
-            row = row.asDict()
-        values = [row.get(name) for name in names] if isinstance(row, Mapping) else row
-        if len(values) != len(names):
-            raise ValueError(f"a row of {len(values)} values for {len(names)} columns ({', '.join(names)}): {row!r}")
-        for column, value, field in zip(columns, values, struct.fields):
-            column.append(_arrow_value(value, field.dataType))
+        record = _arrow_value(row, struct)
+        for column, name in zip(columns, names):
+            column.append(record[name])
     arrow_schema = to_arrow_schema(struct)
     table = pa.Table.from_arrays([pa.array(column, type=field.type) for column, field in zip(columns, arrow_schema)], schema=arrow_schema)
     return spark.createDataFrame(table, struct)
@@ -48,15 +43,18 @@ def empty_frame(name: str, spark: SparkSession) -> DataFrame:
 
 
 def _arrow_value(value: Any, data_type: DataType) -> Any:
-    """``value`` as Arrow takes it: a struct's value (a tuple, a ``Row`` or a mapping, as PySpark
-    takes it) as a mapping by field name, at any depth."""
+    """``value`` as Arrow takes it: a struct's value (a tuple of its width, a ``Row`` or a mapping,
+    as PySpark takes it) as a mapping by field name, at any depth."""
     if value is None:
         return None
     if isinstance(data_type, StructType):
         if isinstance(value, Row) and hasattr(value, "__fields__"):
             value = value.asDict()
         if not isinstance(value, Mapping):
-            value = dict(zip(data_type.fieldNames(), value))
+            names = data_type.fieldNames()
+            if len(value) != len(names):
+                raise ValueError(f"a row of {len(value)} values for {len(names)} columns ({', '.join(names)}): {value!r}")
+            value = dict(zip(names, value))
         return {f.name: _arrow_value(value.get(f.name), f.dataType) for f in data_type.fields}
     if isinstance(data_type, ArrayType) and _nests_struct(data_type.elementType):
         return [_arrow_value(v, data_type.elementType) for v in value]
