@@ -268,8 +268,10 @@ class PulsarBroker:
                 # Another process took a port picked at __init__ before the broker bound it: pick
                 # others and start again. The bookie keeps its port once it had data before this
                 # start (its cookie records the bookie's address); on a first start the data this
-                # attempt wrote goes, and the bookie takes another port too.
-                self.kill()
+                # attempt wrote goes, and the bookie takes another port too. Stopped, not killed:
+                # its bookie had registered, and a killed one leaves its lock (see above), which
+                # took the next start a third attempt (a CI run saw it).
+                self.stop()
                 if attempt == START_ATTEMPTS:
                     raise
                 self.broker_port, self.web_port = free_port(), free_port()
