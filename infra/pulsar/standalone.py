@@ -265,12 +265,10 @@ class PulsarBroker:
                 if attempt == START_ATTEMPTS:
                     raise
             except PortTaken:
-                # Another process took a port picked at __init__ before the broker bound it: pick
-                # others and start again. The bookie keeps its port once it had data before this
-                # start (its cookie records the bookie's address); on a first start the data this
-                # attempt wrote goes, and the bookie takes another port too. Stopped, not killed:
-                # its bookie had registered, and a killed one leaves its lock (see above), which
-                # took the next start a third attempt (a CI run saw it).
+                # A port picked at __init__ was taken before the broker bound it: pick others, start
+                # again. The bookie keeps its port if it had data before (its cookie records it); on
+                # a first start this attempt's data goes, and the bookie takes another port too. Not
+                # killed: its bookie registered, and would leave its lock (above; a CI run saw it).
                 self.stop()
                 if attempt == START_ATTEMPTS:
                     raise
