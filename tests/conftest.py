@@ -161,4 +161,4 @@ def pulsar_brokers(tmp_path_factory, request):
         pytest.skip(reason)
     pool = request.config.stash[BROKER_POOL] = BrokerPool(tmp_path_factory.mktemp("pulsar"))
     yield pool
-    pool.close()
+    pool.stop_running()

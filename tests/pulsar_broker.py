@@ -83,6 +83,3 @@ class BrokerPool:
         and a file's brokers would otherwise idle through the files after it."""
         with ThreadPoolExecutor(max(1, len(self.brokers))) as pool:  # each shutdown waits on its broker alone
             list(pool.map(PulsarBroker.stop, self.brokers.values()))
-
-    def close(self) -> None:
-        self.stop_running()
