@@ -85,10 +85,22 @@ def spark():
     # The JVM starts under a zone half an hour off UTC, as a brokerlens JVM may on an operator's
     # machine, and must be in UTC all the same (test_timezones builds its day in it). Python's own
     # zone is the one it read at start: time.tzset is what reads TZ again.
+    # Its Spark Connect service, when a test asks for it (connect_url), takes a port free then.
+    connect = {"spark.connect.grpc.binding.address": "127.0.0.1", "spark.connect.grpc.binding.port": "0"}
     with mock.patch.dict(os.environ, TZ="Asia/Kolkata"):
-        session = get_spark(Settings(spark={"shuffle_partitions": 2, "driver_memory": "3g", "driver_java_options": PARALLEL_GC}))
+        session = get_spark(Settings(spark={"shuffle_partitions": 2, "driver_memory": "3g", "driver_java_options": PARALLEL_GC, "conf": connect}))
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def connect_url(spark) -> str:
+    """The tests' own JVM as a Spark Connect server too (Spark's service, started on first use),
+    for `brokerlens` commands a test runs as processes of their own: as clients of it (``spark.remote``),
+    as the DAG's tasks are of theirs, they start no JVM each (a cold one: 20 to 40 s of CPU)."""
+    service = spark.sparkContext._jvm.org.apache.spark.sql.connect.service
+    service.SparkConnectService.start(spark.sparkContext._jsc.sc())
+    return f"sc://127.0.0.1:{getattr(getattr(service, 'SparkConnectService$'), 'MODULE$').localPort()}"
 
 
 @pytest.fixture(autouse=True)

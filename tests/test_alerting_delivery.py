@@ -103,16 +103,18 @@ def test_refused_recipient_is_not_recorded_and_a_rerun_mails_only_it(spark, smtp
 
 
 @pytest.mark.slow
-def test_a_crash_between_sending_and_recording_never_mails_twice(spark, smtp_server, monkeypatch, settings, brokerlens_command):
+def test_a_crash_between_sending_and_recording_never_mails_twice(spark, smtp_server, monkeypatch, settings, brokerlens_command, connect_url):
     """`brokerlens alert` killed (os._exit, as by SIGKILL) right after the server accepted the
     first message, then killed before sending the second, then run to the end: each message
-    reaches the server exactly once, and the record ends as what the server received."""
+    reaches the server exactly once, and the record ends as what the server received. Each run
+    is a process of its own, a Spark Connect client of this session's JVM (as the DAG's task is
+    of its server)."""
     controller, inbox = smtp_server
     configure(monkeypatch, controller.port)
     build_days(spark, {D1: DAY1_RANGES})
 
     def alert(crash_at: str | None) -> subprocess.CompletedProcess:
-        env = {**os.environ, "BROKERLENS_SPARK__SHUFFLE_PARTITIONS": "2"}
+        env = {**os.environ, "BROKERLENS_SPARK__SHUFFLE_PARTITIONS": "2", "BROKERLENS_SPARK__REMOTE": connect_url}
         env.pop("BROKERLENS_TEST_ALERT_CRASH_AT", None)
         if crash_at:
             env["BROKERLENS_TEST_ALERT_CRASH_AT"] = crash_at
