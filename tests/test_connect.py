@@ -4,7 +4,8 @@ session's JARs and SQL settings, Delta's and brokerlens' extensions):
 - gold dispatch's scan for a client that has no py4j, with the hand-worked day's numbers
   (test_dispatch_scan's), in a session without a class loader of its own;
 - a backfill's two days landed at once, each client a session of its own, giving the tables
-  that serial runs in a local session give;
+  that serial runs in a local session give (on the tests' own JVM's Connect service, warm: a
+  cold server's JIT made it the suite's slowest after test_timezones);
 - a killed Airflow task (the DAG's operator) interrupting its stage's Spark jobs by their tag."""
 
 from __future__ import annotations
@@ -105,9 +106,9 @@ def commit_times(lake: Path, day: date) -> list[int]:
     ]
 
 
-def test_two_days_land_at_once_each_a_session_of_its_own_as_serial_runs_do(connect_server, spark, tmp_path):
+def test_two_days_land_at_once_each_a_session_of_its_own_as_serial_runs_do(connect_url, spark, tmp_path):
     landing = demo_landing(tmp_path, 0.01, D1, D2)
-    runs = [brokerlens(client_env(connect_server, tmp_path / "parallel", landing), "land", "--date", day.isoformat()) for day in (D1, D2)]
+    runs = [brokerlens(client_env(connect_url, tmp_path / "parallel", landing), "land", "--date", day.isoformat()) for day in (D1, D2)]
     for run in runs:
         finished(run)
     # The same days one after the other, in this process's local session.
