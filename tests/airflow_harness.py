@@ -107,6 +107,12 @@ def body_text(message: Message) -> str:
     return "\n".join(part.get_content() for part in message.walk() if part.get_content_maintype() == "text")
 
 
+def connect_environ(url: str) -> dict[str, str]:
+    """What the DAG's tasks need to be clients of the Spark Connect server at ``url`` (sc://host:port)."""
+    host, port = url.rsplit(":", 1)
+    return {"AIRFLOW_CONN_SPARK_CONNECT_DEFAULT": json.dumps({"conn_type": "spark_connect", "host": host, "port": int(port)})}
+
+
 class ConnectServer:
     """``brokerlens connect-server`` on a free port (not warmed up) for the duration of a
     ``with``; :attr:`url` reaches it, :attr:`environ` is what the DAG's tasks need to."""
@@ -114,7 +120,7 @@ class ConnectServer:
     def __init__(self, env: dict[str, str], folder: Path) -> None:
         self.env, self.log, self.port = env, folder / "connect-server.log", free_port()
         self.url = f"sc://127.0.0.1:{self.port}"
-        self.environ = {"AIRFLOW_CONN_SPARK_CONNECT_DEFAULT": json.dumps({"conn_type": "spark_connect", "host": "sc://127.0.0.1", "port": self.port})}
+        self.environ = connect_environ(self.url)
         self.process: subprocess.Popen | None = None
 
     def __enter__(self) -> "ConnectServer":

@@ -13,7 +13,6 @@ and mails the failure notification.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import re
 import shutil
@@ -26,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_harness import REPO, ConnectServer, SmtpSink, airflow, airflow_env, body_text
+from airflow_harness import REPO, ConnectServer, SmtpSink, airflow, airflow_env, body_text, connect_environ
 from test_collect import TOKEN, admin, fixture  # noqa: F401 (admin: the replaying admin API)
 
 pytestmark = pytest.mark.slow
@@ -223,14 +222,14 @@ def stage_output(log: str) -> list[str]:
 
 
 @pytest.mark.parametrize("on_connect", [False, True], ids=["spark-submit", "spark-connect"])
-def test_a_stage_failure_ends_its_task_log_with_the_reason(airflow_home, tmp_path, on_connect):
+def test_a_stage_failure_ends_its_task_log_with_the_reason(airflow_home, tmp_path, on_connect, request):
     """Light: one task (report, on empty tables) through the DAG's operator, failing on a path
-    that only the task's own environment names."""
+    that only the task's own environment names. On Spark Connect, the task is a client of the
+    tests' own JVM (connect_url): the server's process is not what this is about."""
     home, blocker = tmp_path / "var", tmp_path / "a-file"
     blocker.write_text("")
     day = date(2026, 11, 23)
-    with SmtpSink(tmp_path / "mail") as sink, contextlib.ExitStack() as stack:
-        server = stack.enter_context(ConnectServer(airflow_env(airflow_home, home, sink.port), tmp_path / "server")) if on_connect else None
+    with SmtpSink(tmp_path / "mail") as sink:
         env = airflow_env(
             airflow_home,
             home,
@@ -238,7 +237,7 @@ def test_a_stage_failure_ends_its_task_log_with_the_reason(airflow_home, tmp_pat
             BROKERLENS_FAILURE_EMAIL="oncall@example.com",
             BROKERLENS_DAG_RETRIES="0",
             BROKERLENS_REPORTS_DIR=str(blocker / "reports"),
-            **(server.environ if server else {}),
+            **(connect_environ(request.getfixturevalue("connect_url")) if on_connect else {}),
         )
         run = airflow("tasks", "test", DAILY if on_connect else DAILY_SPARK_SUBMIT, "report", day.isoformat(), env=env, timeout=900)
     log = run.stdout + run.stderr
