@@ -19,7 +19,7 @@ from datetime import date
 from pathlib import Path
 
 import pytest
-from airflow_harness import REPO, VENV_BIN, ConnectServer
+from airflow_harness import REPO, VENV_BIN, ConnectServer, connect_environ
 from test_daily_dag_e2e import canonical, table_snapshot
 
 from brokerlens.airflow_support import stage_tables
@@ -157,11 +157,7 @@ print(json.dumps({"error": outcome["error"], "after_kill": outcome["ended"] - ki
 def test_a_killed_task_interrupts_its_stages_jobs_and_commits_nothing_after(connect_server, tmp_path):
     landing = demo_landing(tmp_path, 1.0, D1)  # land takes 25-70 s on 2 cores: running at 10 s
     home = tmp_path / "killed"
-    host, port = connect_server.removeprefix("sc://").split(":")
-    env = {
-        **client_env(connect_server, home, landing),
-        "AIRFLOW_CONN_SPARK_CONNECT_DEFAULT": json.dumps({"conn_type": "spark_connect", "host": f"sc://{host}", "port": int(port)}),
-    }
+    env = {**client_env(connect_server, home, landing), **connect_environ(connect_server)}
     proc = subprocess.run([sys.executable, "-c", KILL, D1.isoformat()], env=env, capture_output=True, text=True, timeout=600, cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = json.loads(proc.stdout.strip().splitlines()[-1])
