@@ -86,8 +86,7 @@ def spark():
     # Its Spark Connect service, when a test asks for it (connect_url), takes a port free then.
     connect = {"spark.connect.grpc.binding.address": "127.0.0.1", "spark.connect.grpc.binding.port": "0"}
     # The JVM starts under a zone half an hour off UTC, as a brokerlens JVM may on an operator's
-    # machine, and must be in UTC all the same (test_timezones builds its day in it). Python's own
-    # zone is the one it read at start: time.tzset is what reads TZ again.
+    # machine, and must be in UTC all the same (test_timezones builds its day in it).
     with mock.patch.dict(os.environ, TZ="Asia/Kolkata"):
         session = get_spark(Settings(spark={"shuffle_partitions": 2, "driver_memory": "3g", "driver_java_options": PARALLEL_GC, "conf": connect}))
     # The C library keeps the zone it first read: had that been while TZ said Kolkata (the
