@@ -271,3 +271,21 @@ def test_a_task_masks_brokerlens_secrets_in_its_log(monkeypatch):
     mask_secrets()
     masked = _secrets_masker().redact(line)
     assert "tok-7031" not in masked and "conn-pw-2290" not in masked and masked.startswith("GET /admin/v2 with ")
+
+
+def test_a_spark_submit_that_failed_on_its_data_is_not_retried():
+    """StageSubmitOperator: the exit code of a stage that failed on its data (the CLI's for
+    StageFailed, test_alerting) fails the task at once, with the stage's summary; any other exit
+    is retried. (The daily DAG's failing step, end to end, runs on Spark Connect: test_daily_dag_e2e.)"""
+    from airflow.exceptions import AirflowException, AirflowFailException
+
+    from brokerlens.airflow_support import STAGE_FAILED_EXIT, StageSubmitOperator
+
+    task = StageSubmitOperator(stage="validate", layer="bronze")
+    with pytest.raises(AirflowFailException) as data:
+        task._fail(STAGE_FAILED_EXIT, "bronze_policies: expect_column_values_to_be_in_set(kind) failed on 2 of 5 rows")
+    assert str(data.value) == "validate failed (not retried):\nbronze_policies: expect_column_values_to_be_in_set(kind) failed on 2 of 5 rows"
+    for code, said in ((3, " (exit code 3)"), (None, "")):
+        with pytest.raises(AirflowException) as other:
+            task._fail(code, "Py4JError: the JVM went away")
+        assert not isinstance(other.value, AirflowFailException) and str(other.value) == f"validate failed{said}:\nPy4JError: the JVM went away"

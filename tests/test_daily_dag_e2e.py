@@ -179,31 +179,34 @@ def test_daily_dag_end_to_end_then_rerun_changes_nothing(airflow_home, tmp_path)
     assert list((home / "reports").rglob("*.html"))
 
 
-def test_a_failing_step_stops_the_later_ones_and_mails_the_failure(airflow_home, tmp_path):
+def test_a_failing_step_stops_the_later_ones_and_mails_the_failure(airflow_home, tmp_path, connect_url):
+    """The daily DAG with its tasks clients of the tests' own JVM (connect_url), as they are of
+    the Connect server in production; a spark-submit's exit code for a data failure is
+    test_dags' (a spark-submit per task cost this test two new JVMs)."""
     home = tmp_path / "var"
     day = date(2026, 11, 22)
     with SmtpSink(tmp_path / "mail") as sink:
         # Retries as in production: a data failure must not be retried anyway.
-        env = airflow_env(airflow_home, home, sink.port, BROKERLENS_FAILURE_EMAIL="oncall@example.com")
+        env = airflow_env(airflow_home, home, sink.port, BROKERLENS_FAILURE_EMAIL="oncall@example.com", **connect_environ(connect_url))
         break_validation(env, home, day)
-        run = dags_test(env, day, DAILY_SPARK_SUBMIT)
+        run = dags_test(env, day)
         log = run.stdout + run.stderr
         assert run.returncode != 0
-        states = task_states(airflow_home, day, DAILY_SPARK_SUBMIT)
+        states = task_states(airflow_home, day)
         assert states["land"] == "success" and states["validate_bronze"] == "failed", states
         assert all(states[s] == "upstream_failed" for s in STAGES[2:]), states
         assert "validate failed (not retried)" in log
         mails = sink.messages()
     assert len(mails) == 1
     mail = mails[0]
-    # Longer than a line, the subject is folded right after "Subject:"; Python's parser keeps
-    # the folding space where mail clients drop it.
-    assert mail["Subject"].lstrip() == f"[brokerlens] {DAILY_SPARK_SUBMIT} {day.isoformat()}: validate_bronze failed"
+    # A subject longer than a line (the spark-submit DAG's) is folded right after "Subject:";
+    # Python's parser keeps the folding space where mail clients drop it.
+    assert mail["Subject"].lstrip() == f"[brokerlens] {DAILY} {day.isoformat()}: validate_bronze failed"
     assert mail["To"] == "oncall@example.com"
     text = body_text(mail)
     assert "step: validate_bronze" in text and f"day: {day.isoformat()}" in text
     assert "Not run: alert, build_gold, build_silver, report, validate_silver." in text
-    # The mail says what failed: the CLI's summary, with the count of offending rows.
+    # The mail says what failed: the stage's summary, with the count of offending rows.
     policies = table_snapshot(home / "lake", "bronze_policies", day)[1]
     offending = sum(p["kind"] != "broker-config" for p in policies)
     assert 0 < offending < len(policies)
