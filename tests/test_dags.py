@@ -277,7 +277,7 @@ def test_a_spark_submit_that_failed_on_its_data_is_not_retried():
     """StageSubmitOperator: the exit code of a stage that failed on its data (the CLI's for
     StageFailed, test_alerting) fails the task at once, with the stage's summary; any other exit
     is retried. (The daily DAG's failing step, end to end, runs on Spark Connect: test_daily_dag_e2e.)"""
-    from airflow.exceptions import AirflowException, AirflowFailException
+    from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
     from brokerlens.airflow_support import STAGE_FAILED_EXIT, StageSubmitOperator
 
