@@ -190,7 +190,7 @@ def test_a_failed_land_leaves_no_parsed_rows_persisted(spark, settings, monkeypa
 
     def recording(*args, **kwargs):
         landed = land_kind(*args, **kwargs)
-        kept.append((landed.parsed, landed.parsed.storageLevel))
+        kept.extend((frame, frame.storageLevel) for frame in landed.parsed.persisted)
         return landed
 
     def failing(frame, table, *args, **kwargs):

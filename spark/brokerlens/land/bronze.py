@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from contextlib import ExitStack
 from datetime import date
-from functools import partial
+from functools import partial, reduce
+from pathlib import Path
 from typing import NamedTuple
 
 from pyspark import StorageLevel
@@ -47,12 +48,23 @@ def survey_day(day: date, settings: LandStepSettings) -> dict[str, KindFiles]:
     )
 
 
+class Parsed(NamedTuple):
+    """A kind's parsed rows (bronze columns, ``problem``, ``raw``), and the frames that hold them on disk."""
+
+    frame: DataFrame
+    persisted: tuple[DataFrame, ...]
+
+    def unpersist(self) -> None:
+        for frame in self.persisted:
+            frame.unpersist()
+
+
 class LandedKind(NamedTuple):
     """One landing kind's day, from :func:`land_kind`."""
 
     good: DataFrame  # the bronze rows
     bad: DataFrame  # the quarantine rows
-    parsed: DataFrame  # what both come from, persisted: unpersist it when done
+    parsed: Parsed  # what both come from, persisted: unpersist it when done
     samples_not_landed: int  # /metrics samples of the families that do not land (0 for the other kinds)
 
 
@@ -68,37 +80,54 @@ def land_kind(spark: SparkSession, parser, day: date, settings: LandStepSettings
         # day of dispatch files alone landed in 6.1 to 9.8 s instead of 9.1 to 12.4 s (warm,
         # alternating, 7 runs each). The day's partition is still replaced, by no rows.
         good = empty_frame(parser.TABLE, spark)
-        return LandedKind(good, bad, good, 0)
+        return LandedKind(good, bad, Parsed(good, ()), 0)
     # Parsed once, used twice (bronze and quarantine), kept on local disk: every kind's parsed
     # rows (whole Pulsar JSON documents) stay until the quarantine is written, and cached in the
     # heap they ran a 2 GB driver out of memory on 726 MB of a 2,000-partition day.
     if parser.WHOLE_FILE:
-        parsed, not_landed = _parsed_envelopes(parser, read_whole(spark, files.read), day), 0
+        parsed, not_landed = _parsed_envelopes(spark, parser, files.read, day), 0
     else:
         lines = read_lines(spark, files.read)
         # The samples of other /metrics families are dropped before anything is parsed.
         records, not_landed = metrics.landed_records(lines, settings.land) if parser is metrics else (lines.records, 0)
         records = mark_duplicates(records, within_file=getattr(parser, "DUPLICATES_WITHIN_FILE", False))
-        parsed = parser.parse(records, day).persist(StorageLevel.DISK_ONLY)
+        frame = parser.parse(records, day).persist(StorageLevel.DISK_ONLY)
+        parsed = Parsed(frame, (frame,))
     schema = table_schema(parser.TABLE)
-    good = parsed.where(F.col("problem").isNull()).select(*schema.column_names)
-    bad = quarantine_frame(parsed.where(F.col("problem").isNotNull()), day, parser.KIND).unionByName(bad)
+    good = parsed.frame.where(F.col("problem").isNull()).select(*schema.column_names)
+    bad = quarantine_frame(parsed.frame.where(F.col("problem").isNotNull()), day, parser.KIND).unionByName(bad)
     return LandedKind(good, bad, parsed, not_landed)
 
 
-def _parsed_envelopes(parser, records: DataFrame, day: date) -> DataFrame:
-    """A stats kind's rows, persisted. Its envelopes are judged copies of others only when two
-    hold the same text (:func:`has_copies`): then they are parsed again, with the check."""
-    parsed = parser.parse(records, day, duplicates=False).persist(StorageLevel.DISK_ONLY)
+def _parsed_envelopes(spark: SparkSession, parser, paths: list[Path], day: date) -> Parsed:
+    """A stats kind's rows, persisted. Where the kind has a one-pass reader (``parser.read``),
+    it reads the files it takes and the general parser (``parser.parse``) only the files it left,
+    read again (with no union over one scan, which Spark would run twice). The envelopes are
+    judged copies of others only when two hold the same text (:func:`has_copies`): then every
+    file is parsed again by the general parser, with the check."""
+    records = read_whole(spark, paths)
+    persisted: list[DataFrame] = []
     try:
-        copies = has_copies(parsed)
+        parts, left = [], paths
+        if hasattr(parser, "read"):
+            taken = parser.read(records, day)
+            persisted.append(taken.scanned)
+            parts, left = [taken.rows], [p for p in paths if "/".join(p.parts[-3:]) in taken.left]
+        if left:
+            general = parser.parse(read_whole(spark, left) if parts else records, day, duplicates=False).persist(StorageLevel.DISK_ONLY)
+            persisted.append(general)
+            parts.append(general)
+        frame = reduce(DataFrame.unionByName, parts)
+        copies = has_copies(frame)
     except BaseException:
-        parsed.unpersist()
+        Parsed(records, tuple(persisted)).unpersist()
         raise
+    parsed = Parsed(frame, tuple(persisted))
     if not copies:
         return parsed
     parsed.unpersist()
-    return parser.parse(records, day).persist(StorageLevel.DISK_ONLY)
+    frame = parser.parse(records, day).persist(StorageLevel.DISK_ONLY)
+    return Parsed(frame, (frame,))
 
 
 def not_read_frame(spark: SparkSession, not_read: list[NotRead], day: date, kind: str) -> DataFrame:

@@ -12,15 +12,21 @@ the partitioned topic.
 
 from __future__ import annotations
 
+import json
 from datetime import date
+from typing import NamedTuple
 
+from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
+
+from brokerlens.platform.jars import STATS_ROWS_FUNCTION
 
 from .checks import (
     MALFORMED_JSON,
     PRIORITY,
     Field,
+    day_bounds,
     duplicate_problem,
     field_problems,
     first_problem,
@@ -239,3 +245,64 @@ def has_copies(parsed: DataFrame) -> bool:
     the large day's topic stats), for copies a day almost never has."""
     envelopes = parsed.select("source_file", ENVELOPE).where(F.col(ENVELOPE)["hash"].isNotNull()).distinct()
     return envelopes.groupBy(F.col(ENVELOPE)["hash"]).count().where("count > 1").limit(1).count() > 0
+
+
+class StatsRead(NamedTuple):
+    """What :func:`read_stats` gives."""
+
+    rows: DataFrame  # the reader's rows, in explode_children's columns
+    left: frozenset[str]  # the source_file of each file it left to the general parser
+    scanned: DataFrame  # what both come from, persisted: unpersist it when done
+
+
+def read_stats(
+    records: DataFrame,
+    day: date,
+    topic_fields: tuple[Field, ...],
+    children: str,
+    child_fields: tuple[Field, ...],
+    verbatim: tuple[str, ...] = (),
+) -> StatsRead:
+    """The records (whole files) read in one pass by brokerlens' stats reader
+    (``StatsEnvelopeRows.scala``), its output persisted on disk (one Spark job, here): its rows,
+    their containers counted (an ``array<string>`` field is its size), and the files it left to
+    :func:`explode_children`, each holding something that parser judges.
+
+    The reader takes only files in which :func:`explode_children` finds no problem, and gives
+    its rows exactly; envelopes are not checked for copies (:func:`has_copies` tells). Through
+    the VARIANT, the large day's topic stats took most of land's time: each envelope was parsed
+    three times and every field looked up by a generated expression.
+    """
+    spec = {
+        "children": children,
+        "topic": [_field_spec(f) for f in topic_fields if f.key != children],
+        "child": [_field_spec(f) for f in child_fields],
+        "verbatim": list(verbatim),
+    }
+    start, end = day_bounds(day)
+    read = F.call_function(STATS_ROWS_FUNCTION, F.col("raw"), F.lit(json.dumps(spec)), F.lit(start), F.lit(end))
+    scanned = records.select("source_file", "ingested_at", F.explode(read).alias("_r")).persist(StorageLevel.DISK_ONLY)
+    r = F.col("_r")
+    try:
+        left = frozenset(row[0] for row in scanned.where(r["left"]).select("source_file").collect())
+    except BaseException:
+        scanned.unpersist()
+        raise
+    rows = scanned.where(~r["left"]).select(
+        "source_file",
+        F.lit(None).cast("int").alias("line"),
+        F.struct(r["record"].alias("record"), r["hash"].alias("hash")).alias(ENVELOPE),
+        F.lit(None).cast("string").alias("raw"),
+        "ingested_at",
+        F.lit(None).cast("struct<reason:string,detail:string>").alias("problem"),
+        *[r[c].alias(c) for c in ("collected_at", "cluster", "broker", "topic", "partitioned_topic", "child")],
+        r["topic_stats"].alias("_ts"),
+        r["texts"].alias("_text"),
+        r["child_stats"].alias("_cs"),
+        r["child_json"].alias("child_json"),
+    )
+    return StatsRead(rows, left, scanned)
+
+
+def _field_spec(f: Field) -> dict:
+    return {"key": f.key, "type": f.type, "counter": f.counter, "enum": list(f.enum)}

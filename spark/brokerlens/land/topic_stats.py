@@ -9,7 +9,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from .checks import Field
-from .envelope import ENVELOPE, explode_children
+from .envelope import ENVELOPE, StatsRead, explode_children, read_stats
 
 KIND = "topic-stats"
 TABLE = "bronze_topic_stats"
@@ -69,6 +69,19 @@ def subscription_column(ss: F.Column, f: Field) -> F.Column:
 
 def parse(records: DataFrame, day: date, duplicates: bool = True) -> DataFrame:
     rows = explode_children(records, day, TOPIC, "subscriptions", SUBSCRIPTION, "subscription", verbatim=("publishers",), duplicates=duplicates)
+    return _bronze(rows, day, count)
+
+
+def read(records: DataFrame, day: date) -> StatsRead:
+    """The files brokerlens' stats reader takes, as :func:`parse` would give them (without the
+    duplicate check), and those it leaves to :func:`parse`."""
+    taken = read_stats(records, day, TOPIC, "subscriptions", SUBSCRIPTION, verbatim=("publishers",))
+    return taken._replace(rows=_bronze(taken.rows, day, lambda counted: counted))
+
+
+def _bronze(rows: DataFrame, day: date, size) -> DataFrame:
+    """The bronze columns of :func:`~.envelope.explode_children`'s rows; ``size``: a container
+    field's count from its column in ``_ts``/``_cs``."""
     ts, ss = F.col("_ts"), F.col("_cs")
     return rows.select(
         F.lit(day).alias("day"),
@@ -78,11 +91,11 @@ def parse(records: DataFrame, day: date, duplicates: bool = True) -> DataFrame:
         "topic",
         "partitioned_topic",
         *[ts[f.key].alias(f.name) for f in TOPIC if f.key not in ("publishers", "subscriptions")],
-        count(ts["publishers"]).alias("publishers"),
+        size(ts["publishers"]).alias("publishers"),
         F.col("_text")["publishers"].alias("publishers_json"),
         F.col("child").alias("subscription"),
         *[subscription_column(ss, f) for f in SUBSCRIPTION if f.key != "consumers"],
-        count(ss["consumers"]).alias("consumers"),
+        size(ss["consumers"]).alias("consumers"),
         F.col("child_json").alias("subscription_json"),
         "source_file",
         "line",

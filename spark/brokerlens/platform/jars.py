@@ -11,8 +11,8 @@ Catalog clients (and their Hadoop, Parquet and Jackson copies, 80 MB that Spark 
 are excluded: Delta's Spark connector does not need them for path-based tables.
 
 brokerlens' own classes (``JVM_SOURCES``: gold dispatch's one-pass scan and the Spark SQL extension
-that makes it a table function, the Connect server's main, the local file system without
-processes) are compiled by ``javac`` and by the Scala compiler pyspark ships, against this
+that makes it a table function, land's one-pass reader of stats files and its SQL function, the
+Connect server's main, the local file system without processes) are compiled by ``javac`` and by the Scala compiler pyspark ships, against this
 pyspark's JARs, into ``<cache>/brokerlens-jvm-<hash>.jar``, the hash naming the sources
 and the Spark version, so a changed source or Spark builds a new JAR and never uses a stale one.
 
@@ -53,12 +53,15 @@ _IVY_REASONS = ("unresolved dependency", "not found", "Connection refused", "Unk
 JVM_SOURCES = (
     ("brokerlens.gold.dispatch", "DispatchScan.java"),
     ("brokerlens.gold.dispatch", "DispatchScanExtension.scala"),
+    ("brokerlens.land", "StatsEnvelopeRows.scala"),
     ("brokerlens.platform", "ConnectServer.scala"),
     ("brokerlens.platform", "LocalFileSystem.java"),
 )
-# The Spark SQL extension in them (``spark.sql.extensions``): gold dispatch's scan as a table function.
-SQL_EXTENSION = "brokerlens.jvm.DispatchScanExtension"
+# The Spark SQL extensions in them (``spark.sql.extensions``): gold dispatch's scan as a table
+# function, land's stats reader as a function.
+SQL_EXTENSIONS = ("brokerlens.jvm.DispatchScanExtension", "brokerlens.jvm.StatsEnvelopeRowsExtension")
 DISPATCH_SCAN_FUNCTION = "brokerlens_dispatch_scan"
+STATS_ROWS_FUNCTION = "brokerlens_stats_rows"
 JAVA_RELEASE = "17"
 
 

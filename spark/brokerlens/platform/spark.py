@@ -27,7 +27,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.util import inheritable_thread_target
 
 from . import jvm
-from .jars import SQL_EXTENSION, cache_dir, session_jars
+from .jars import SQL_EXTENSIONS, cache_dir, session_jars
 from .settings import PlatformSettings
 
 # A day is a UTC day, and Spark turns timestamps to text (date_format, casts, day boundaries
@@ -45,8 +45,8 @@ _T = TypeVar("_T")
 # Spark Connect server's command line); a session's are set on each session, a Connect client's
 # included.
 APPLICATION_CONF = {
-    # Delta Lake's SQL, and brokerlens' own: gold dispatch's scan as a table function.
-    "spark.sql.extensions": f"io.delta.sql.DeltaSparkSessionExtension,{SQL_EXTENSION}",
+    # Delta Lake's SQL, and brokerlens' own: gold dispatch's scan as a table function, land's stats reader.
+    "spark.sql.extensions": ",".join(("io.delta.sql.DeltaSparkSessionExtension", *SQL_EXTENSIONS)),
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
     # Spark keeps this many compiled classes of generated code (default 100). A daily run
     # compiles about 1,650 distinct ones (land to gold), so with 100 each stage recompiled what
@@ -295,9 +295,9 @@ def _check_jars(spark: SparkSession) -> None:
             "--jars $(python -m brokerlens.platform.jars | paste -sd,) (or --packages "
             "io.delta:delta-spark_<spark>_2.13:<version>, see README 'Tables and storage')"
         )
-    if not jvm.has_class(spark, SQL_EXTENSION):
+    if not all(jvm.has_class(spark, extension) for extension in SQL_EXTENSIONS):
         raise JarsMissing(
-            "Spark has no brokerlens JAR on its classpath (gold dispatch's scan): pass it to "
+            "Spark has no brokerlens JAR on its classpath (gold dispatch's scan, land's stats reader): pass it to "
             "spark-submit with the others, --jars $(python -m brokerlens.platform.jars | paste -sd,)"
         )
 

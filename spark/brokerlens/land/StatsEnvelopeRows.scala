@@ -1,0 +1,275 @@
+package brokerlens.jvm
+
+import java.util.regex.Pattern
+
+import scala.collection.mutable.ArrayBuffer
+import scala.jdk.CollectionConverters._
+
+import com.fasterxml.jackson.core.StreamReadFeature
+import com.fasterxml.jackson.core.json.JsonReadFeature
+import com.fasterxml.jackson.databind.{DeserializationFeature, JsonNode, ObjectMapper}
+import com.fasterxml.jackson.databind.json.JsonMapper
+import com.fasterxml.jackson.databind.node.{BooleanNode, DoubleNode, IntNode, LongNode, TextNode}
+
+import org.apache.spark.sql.SparkSessionExtensions
+import org.apache.spark.sql.catalyst.{FunctionIdentifier, InternalRow}
+import org.apache.spark.sql.catalyst.expressions.{Expression, ExpressionInfo, GenericInternalRow, TimeZoneAwareExpression, XXH64}
+import org.apache.spark.sql.catalyst.expressions.codegen.CodegenFallback
+import org.apache.spark.sql.catalyst.util.{DateTimeUtils, GenericArrayData}
+import org.apache.spark.sql.types._
+import org.apache.spark.unsafe.Platform
+import org.apache.spark.unsafe.types.UTF8String
+
+/**
+ * Land's one-pass reader of a stats file (topic stats in their envelope, land/envelope.py), as
+ * the Spark SQL function
+ *
+ * {{{
+ * brokerlens_stats_rows(raw, spec, day_start, day_end)
+ * }}}
+ *
+ * `raw` is a whole file's text, `spec` (a constant JSON string, envelope.py's `stats_rows`) names
+ * the stats' fields, the children map (`subscriptions`) and the fields of each child, and the
+ * keys kept as text. The result is the file's bronze rows, or, for a file this reader does not
+ * take, one element whose `left` is true: the general parser (envelope.py's `explode_children`,
+ * Spark SQL over a VARIANT) reads that file.
+ *
+ * It takes only files in which that parser finds no problem, and gives exactly its rows: strict
+ * JSON (no duplicate key, no trailing text, no NaN, no single quotes), every envelope an object
+ * with its required fields, `collected_at` a timestamp string on the day, and each field either
+ * absent, null or of its own JSON type (a whole number that fits a long for an integer, also written
+ * 800.0 or 3.5E4; any such number or a fraction for a double; `true`/`false`; a string of the enum),
+ * no negative counter. Anything else (a number written as a string, `-0.0`, a bad record) is
+ * the general parser's, so the quarantine's reasons are its alone. Texts are Jackson's compact
+ * rendering of the parsed values, as Spark's `from_json` renders a value read as a string; the
+ * envelope's hash is Spark's `xxhash64` of its text.
+ */
+class StatsEnvelopeRowsExtension extends (SparkSessionExtensions => Unit) {
+  override def apply(extensions: SparkSessionExtensions): Unit = {
+    val info = new ExpressionInfo(classOf[StatsEnvelopeRows].getName, StatsEnvelopeRows.Name)
+    extensions.injectFunction(
+      (FunctionIdentifier(StatsEnvelopeRows.Name), info, (args: Seq[Expression]) => StatsEnvelopeRows(args)))
+  }
+}
+
+/** One field of a stats object: its key, its type (bigint, int, double, boolean, string, or
+ * array<string>, counted), and whether it is a counter (a negative value is a bad record) or an enum. */
+final case class StatsField(key: String, kind: String, counter: Boolean, allowed: Set[String]) {
+  def outputType: DataType = kind match {
+    case "bigint" => LongType
+    case "int" | "array<string>" => IntegerType
+    case "double" => DoubleType
+    case "boolean" => BooleanType
+    case "string" => StringType
+    case other => throw new IllegalArgumentException(s"${StatsEnvelopeRows.Name}: field $key has type $other, which it does not read")
+  }
+}
+
+final case class StatsSpec(children: String, topic: Seq[StatsField], child: Seq[StatsField], verbatim: Seq[String]) {
+  private def struct(fields: Seq[StatsField]) = StructType(fields.map(f => StructField(f.key, f.outputType)))
+
+  val rowType: StructType = StructType(
+    Seq(
+      StructField("left", BooleanType),
+      StructField("record", IntegerType),
+      StructField("hash", LongType),
+      StructField("collected_at", TimestampType),
+      StructField("cluster", StringType),
+      StructField("broker", StringType),
+      StructField("topic", StringType),
+      StructField("partitioned_topic", StringType),
+      StructField("topic_stats", struct(topic)),
+      StructField("texts", StructType(verbatim.map(StructField(_, StringType)))),
+      StructField("child", StringType),
+      StructField("child_stats", struct(child)),
+      StructField("child_json", StringType)))
+}
+
+object StatsSpec {
+  def parse(json: String): StatsSpec = {
+    val node = new ObjectMapper().readTree(json)
+    def fields(name: String) = node.get(name).elements().asScala.toSeq.map { f =>
+      val allowed = Option(f.get("enum")).map(_.elements().asScala.map(_.asText).toSet).getOrElse(Set.empty[String])
+      StatsField(f.get("key").asText, f.get("type").asText, Option(f.get("counter")).exists(_.asBoolean), allowed)
+    }
+    StatsSpec(node.get("children").asText, fields("topic"), fields("child"), node.get("verbatim").elements().asScala.map(_.asText).toSeq)
+  }
+}
+
+case class StatsEnvelopeRows(args: Seq[Expression], timeZoneId: Option[String] = None)
+    extends Expression with TimeZoneAwareExpression with CodegenFallback {
+  import StatsEnvelopeRows._
+
+  override def children: Seq[Expression] = args
+  override def nullable: Boolean = false
+  override def foldable: Boolean = false
+
+  @transient private lazy val spec: StatsSpec = args match {
+    case Seq(_, s, _, _) if s.foldable && s.dataType == StringType => StatsSpec.parse(s.eval().toString)
+    case _ => throw new IllegalArgumentException(s"$Usage, not $Name(${args.mkString(", ")})")
+  }
+  @transient private lazy val dayStart: Long = args(2).eval().asInstanceOf[Long]
+  @transient private lazy val dayEnd: Long = args(3).eval().asInstanceOf[Long]
+
+  override def dataType: DataType = ArrayType(spec.rowType, containsNull = false)
+
+  override def withTimeZone(timeZoneId: String): TimeZoneAwareExpression = copy(timeZoneId = Option(timeZoneId))
+  override protected def withNewChildrenInternal(newChildren: IndexedSeq[Expression]): Expression = copy(args = newChildren)
+
+  override def eval(input: InternalRow): Any = {
+    val raw = args.head.eval(input).asInstanceOf[UTF8String]
+    val rows = if (raw == null) None else read(raw)
+    new GenericArrayData(rows.getOrElse(Seq(leftRow)).toArray[Any])
+  }
+
+  private def leftRow: InternalRow = {
+    val row = new GenericInternalRow(spec.rowType.length)
+    row.update(0, true)
+    row
+  }
+
+  /** The file's rows, or None when the general parser must read it. */
+  private def read(raw: UTF8String): Option[Seq[InternalRow]] = {
+    val root = try Mapper.readTree(raw.getBytes) catch { case _: Exception => return None }
+    val envelopes =
+      if (root == null || root.isMissingNode) return None
+      else if (root.isArray) root.elements().asScala.toSeq
+      else Seq(root)
+    if (envelopes.isEmpty) return None
+    val out = ArrayBuffer.empty[InternalRow]
+    var record = 0
+    for (envelope <- envelopes) {
+      record += 1
+      if (!envelopeRows(envelope, record, out)) return None
+    }
+    Some(out.toSeq)
+  }
+
+  private def envelopeRows(envelope: JsonNode, record: Int, out: ArrayBuffer[InternalRow]): Boolean = {
+    if (!envelope.isObject) return false
+    val collectedAt = envelope.get("collected_at") match {
+      case t: TextNode =>
+        DateTimeUtils.stringToTimestamp(UTF8String.fromString(t.textValue), zoneId) match {
+          case Some(us) if us >= dayStart && us < dayEnd => us
+          case _ => return false
+        }
+      case _ => return false
+    }
+    val cluster = requiredText(envelope, "cluster").getOrElse(return false)
+    val topic = requiredText(envelope, "topic").getOrElse(return false)
+    val broker = envelope.get("broker") match {
+      case null => null
+      case n if n.isNull => null
+      case t: TextNode => UTF8String.fromString(t.textValue)
+      case _ => return false
+    }
+    val stats = envelope.get("stats")
+    if (stats == null || !stats.isObject) return false
+    val bytes = Mapper.writeValueAsBytes(envelope)
+    val hash = XXH64.hashUnsafeBytes(bytes, Platform.BYTE_ARRAY_OFFSET, bytes.length, HashSeed)
+    val head = Array[Any](false, record, hash, collectedAt, UTF8String.fromString(cluster), broker)
+    stats.get("partitions") match {
+      case null => statsRows(head, topic, partitioned(topic), stats, out)
+      case partitions if partitions.isObject && partitions.size == 0 => statsRows(head, topic, partitioned(topic), stats, out)
+      case partitions if partitions.isObject =>
+        val base = UTF8String.fromString(topic)
+        partitions.properties().asScala.forall(p => statsRows(head, p.getKey, base, p.getValue, out))
+      case _ => false
+    }
+  }
+
+  /** One topic's (or partition's) rows: one per child, or one without a child. */
+  private def statsRows(head: Array[Any], topic: String, partitionedTopic: UTF8String, stats: JsonNode,
+      out: ArrayBuffer[InternalRow]): Boolean = {
+    if (!stats.isObject) return false
+    val topicStats = typed(stats, spec.topic).getOrElse(return false)
+    val texts = new GenericInternalRow(spec.verbatim.length)
+    for ((key, i) <- spec.verbatim.zipWithIndex) texts.update(i, text(stats.get(key)))
+    def row(child: UTF8String, childStats: InternalRow, childJson: UTF8String): InternalRow =
+      new GenericInternalRow(head ++ Array[Any](UTF8String.fromString(topic), partitionedTopic, topicStats, texts, child, childStats, childJson))
+    stats.get(spec.children) match {
+      case null => out += row(null, null, null)
+      case n if n.isNull => out += row(null, null, null)
+      case children if children.isObject && children.size == 0 => out += row(null, null, null)
+      case children if children.isObject =>
+        for (c <- children.properties().asScala) {
+          if (!c.getValue.isObject) return false
+          val childStats = typed(c.getValue, spec.child).getOrElse(return false)
+          out += row(UTF8String.fromString(c.getKey), childStats, text(c.getValue))
+        }
+      case _ => return false
+    }
+    true
+  }
+
+  /** The fields of ``obj`` as the general parser types them, or None where it would find a problem. */
+  private def typed(obj: JsonNode, fields: Seq[StatsField]): Option[InternalRow] = {
+    val row = new GenericInternalRow(fields.length)
+    var i = 0
+    while (i < fields.length) {
+      val f = fields(i)
+      val node = obj.get(f.key)
+      if (node != null && !node.isNull) {
+        val value: Any = (f.kind, node) match {
+          case ("bigint", n @ (_: IntNode | _: LongNode)) if !(f.counter && n.longValue < 0) => n.longValue
+          // A whole number written as a fraction (Pulsar 2.x's partitioned stats sum counters as
+          // doubles: 3.5E4) is that number, as the general parser reads it.
+          case ("bigint", n: DoubleNode) if isWhole(n.doubleValue) && !(f.counter && n.doubleValue < 0) => n.doubleValue.toLong
+          case ("int", n: IntNode) if !(f.counter && n.intValue < 0) => n.intValue
+          // A long as a double rounds as Spark's cast does; -0.0 is left to the general parser
+          // (the VARIANT holds "-0.0" as a decimal, whose double is 0.0).
+          case ("double", n @ (_: IntNode | _: LongNode)) => n.longValue.toDouble
+          case ("double", n: DoubleNode) if !isNegativeZero(n.doubleValue) => n.doubleValue
+          case ("boolean", b: BooleanNode) => b.booleanValue
+          case ("string", t: TextNode) if f.allowed.isEmpty || f.allowed.contains(t.textValue) => UTF8String.fromString(t.textValue)
+          case ("array<string>", a) if a.isArray && a.elements().asScala.forall(_.isObject) => a.size
+          case _ => return None
+        }
+        row.update(i, value)
+      }
+      i += 1
+    }
+    Some(row)
+  }
+
+  private def requiredText(obj: JsonNode, key: String): Option[String] = obj.get(key) match {
+    case t: TextNode => Some(t.textValue)
+    case _ => None
+  }
+
+  /** A value's text as Spark's from_json renders a value it reads as a string (a string as itself). */
+  private def text(node: JsonNode): UTF8String = node match {
+    case null => null
+    case n if n.isNull => null
+    case t: TextNode => UTF8String.fromString(t.textValue)
+    case n => UTF8String.fromBytes(Mapper.writeValueAsBytes(n))
+  }
+}
+
+object StatsEnvelopeRows {
+  val Name = "brokerlens_stats_rows"
+  private val Usage = s"$Name(raw, 'spec JSON', day_start, day_end)"
+  // xxhash64's seed in Spark SQL (XxHash64), so a hash here equals xxhash64(text) there.
+  private val HashSeed = 42L
+  private val PartitionSuffix = Pattern.compile("-partition-[0-9]+$")
+
+  // Strict JSON: a file the general parser would read differently (a duplicate key, trailing text,
+  // NaN, a single-quoted string) fails here and goes to it.
+  private val Mapper: ObjectMapper = JsonMapper
+    .builder()
+    .enable(StreamReadFeature.STRICT_DUPLICATE_DETECTION)
+    .disable(JsonReadFeature.ALLOW_NON_NUMERIC_NUMBERS)
+    .enable(DeserializationFeature.FAIL_ON_TRAILING_TOKENS)
+    .enable(DeserializationFeature.FAIL_ON_READING_DUP_TREE_KEY)
+    .build()
+
+  private def isWhole(d: Double): Boolean = d == Math.floor(d) && Math.abs(d) < 4.0e18
+
+  private def isNegativeZero(d: Double): Boolean = d == 0.0 && java.lang.Double.doubleToRawLongBits(d) != 0L
+
+  /** The base name of a topic named as a partition (regexp_replace with the same pattern). */
+  private def partitioned(topic: String): UTF8String = {
+    val m = PartitionSuffix.matcher(topic)
+    if (m.find()) UTF8String.fromString(m.replaceAll("")) else null
+  }
+}
