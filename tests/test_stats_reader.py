@@ -13,11 +13,13 @@ import shutil
 from datetime import date
 from pathlib import Path
 
+from pyspark.sql import functions as F
+
 from brokerlens.land import topic_stats
+from brokerlens.land.bronze import land_kind
 from brokerlens.land.envelope import has_copies
 from brokerlens.land.files import read_whole
 from brokerlens_bench.large_files import write_large_day
-from pyspark.sql import functions as F
 
 FIXTURES = Path(__file__).parent / "fixtures"
 DAY = date(2026, 11, 21)
@@ -174,3 +176,26 @@ def test_the_reader_gives_the_general_parsers_rows_and_leaves_it_every_problem(s
         (f"persistent://t/ns/p-partition-{i}", "persistent://t/ns/p", float(i), i) for i in range(2)
     ]
     read.scanned.unpersist()
+
+
+def test_land_reads_again_the_files_the_reader_left_whatever_their_names(spark, settings):
+    """The general parser gets the files the reader left, each once, also where a file's name is
+    not what its URI decodes to ("+" reads as a space): nothing is dropped or landed twice."""
+    folder = settings.landing / DAY.isoformat() / "topic-stats"
+    folder.mkdir(parents=True)
+    names = {
+        "taken a+b.json": TAKEN["nulls.json"],
+        "nan a+b.json": LEFT["nan.json"],  # left by the reader, landed by the general parser
+        "bad 100%.json": LEFT["unknown-type.json"],
+        "bad.json": LEFT["missing-cluster.json"],
+    }
+    for name, text in names.items():
+        (folder / name).write_text(text)
+    landed = land_kind(spark, topic_stats, DAY, settings)
+    try:
+        good = sorted((r["source_file"].split("/")[-1], r["subscription"], str(r["topic_msg_rate_in"])) for r in landed.good.collect())
+        bad = sorted((r["source_file"].split("/")[-1], r["reason"]) for r in landed.bad.collect())
+    finally:
+        landed.parsed.unpersist()
+    assert good == [("nan a b.json", None, "nan"), ("taken a b.json", "s", "None")]
+    assert bad == [("bad 100%.json", "unknown-enum"), ("bad.json", "missing-field")]

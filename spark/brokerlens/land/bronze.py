@@ -108,13 +108,15 @@ def _parsed_envelopes(spark: SparkSession, parser, paths: list[Path], day: date)
     records = read_whole(spark, paths)
     persisted: list[DataFrame] = []
     try:
-        parts, left = [], paths
+        parts: list[DataFrame] = []
         if hasattr(parser, "read"):
             taken = parser.read(records, day)
             persisted.append(taken.scanned)
-            parts, left = [taken.rows], [p for p in paths if "/".join(p.parts[-3:]) in taken.left]
-        if left:
-            general = parser.parse(read_whole(spark, left) if parts else records, day, duplicates=False).persist(StorageLevel.DISK_ONLY)
+            parts, left = [taken.rows], _records_of(spark, paths, records, taken.left)
+        else:
+            left = records
+        if left is not None:
+            general = parser.parse(left, day, duplicates=False).persist(StorageLevel.DISK_ONLY)
             persisted.append(general)
             parts.append(general)
         frame = reduce(DataFrame.unionByName, parts)
@@ -128,6 +130,18 @@ def _parsed_envelopes(spark: SparkSession, parser, paths: list[Path], day: date)
     parsed.unpersist()
     frame = parser.parse(records, day).persist(StorageLevel.DISK_ONLY)
     return Parsed(frame, (frame,))
+
+
+def _records_of(spark: SparkSession, paths: list[Path], records: DataFrame, names: frozenset[str]) -> DataFrame | None:
+    """The ``records`` of the files named ``names`` (their source_file), none when there is no
+    name: read again by their paths, or taken from ``records`` (all files read again) when a name
+    is not its path's (a character the file's URI escapes or url_decode reads otherwise, "+")."""
+    if not names:
+        return None
+    by_name = {"/".join(p.parts[-3:]): p for p in paths}
+    if names <= by_name.keys():
+        return read_whole(spark, [by_name[n] for n in sorted(names)])
+    return records.where(F.col("source_file").isin(*sorted(names)))
 
 
 def not_read_frame(spark: SparkSession, not_read: list[NotRead], day: date, kind: str) -> DataFrame:
