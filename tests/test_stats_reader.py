@@ -16,7 +16,7 @@ from pathlib import Path
 from pyspark.sql import functions as F
 
 from brokerlens.land import topic_stats
-from brokerlens.land.bronze import land_kind
+from brokerlens.land.bronze import _records_of, land_kind
 from brokerlens.land.envelope import has_copies
 from brokerlens.land.files import read_whole
 from brokerlens_bench.large_files import write_large_day
@@ -179,8 +179,9 @@ def test_the_reader_gives_the_general_parsers_rows_and_leaves_it_every_problem(s
 
 
 def test_land_reads_again_the_files_the_reader_left_whatever_their_names(spark, settings):
-    """The general parser gets the files the reader left, each once, also where a file's name is
-    not what its URI decodes to ("+" reads as a space): nothing is dropped or landed twice."""
+    """The general parser gets the files the reader left, each once, whatever their names (a
+    space, "%" and "+" are escaped or not in a file's URI): nothing is dropped or landed twice,
+    and each row names its file as it is on disk."""
     folder = settings.landing / DAY.isoformat() / "topic-stats"
     folder.mkdir(parents=True)
     names = {
@@ -197,5 +198,9 @@ def test_land_reads_again_the_files_the_reader_left_whatever_their_names(spark, 
         bad = sorted((r["source_file"].split("/")[-1], r["reason"]) for r in landed.bad.collect())
     finally:
         landed.parsed.unpersist()
-    assert good == [("nan a b.json", None, "nan"), ("taken a b.json", "s", "None")]
+    assert good == [("nan a+b.json", None, "nan"), ("taken a+b.json", "s", "None")]
     assert bad == [("bad 100%.json", "unknown-enum"), ("bad.json", "missing-field")]
+    # Should Spark name a file otherwise than by its path, its records are taken from the day's.
+    records = read_whole(spark, sorted(folder.iterdir()))
+    named = frozenset({f"{DAY}/topic-stats/bad.json", f"{DAY}/topic-stats/nan a+b.json"})
+    assert sorted(r["source_file"] for r in _records_of(spark, [], records, named).collect()) == sorted(named)

@@ -134,8 +134,8 @@ def _parsed_envelopes(spark: SparkSession, parser, paths: list[Path], day: date)
 
 def _records_of(spark: SparkSession, paths: list[Path], records: DataFrame, names: frozenset[str]) -> DataFrame | None:
     """The ``records`` of the files named ``names`` (their source_file), none when there is no
-    name: read again by their paths, or taken from ``records`` (all files read again) when a name
-    is not its path's (a character the file's URI escapes or url_decode reads otherwise, "+")."""
+    name: read again by their paths, or taken from ``records`` (all files read again) should a
+    name not be its path's (Spark names a file by its URI, unescaped: files._source_file)."""
     if not names:
         return None
     by_name = {"/".join(p.parts[-3:]): p for p in paths}

@@ -39,8 +39,11 @@ def _without_bom(text: F.Column) -> F.Column:
 
 
 def _source_file(path_col: str) -> F.Column:
-    # <landing>/<day>/<kind>/<file>: the last three components are the landing-relative path.
-    return F.url_decode(F.substring_index(F.col(path_col), "/", -3))
+    # <landing>/<day>/<kind>/<file>: the last three components are the landing-relative path,
+    # unescaped from the file's URI. url_decode reads "+" as a space (a form's encoding), which
+    # a URI's path does not escape: kept as the "+" of the file's name, as the survey names it.
+    tail = F.substring_index(F.col(path_col), "/", -3)
+    return F.url_decode(F.replace(tail, F.lit("+"), F.lit("%2B")))
 
 
 def read_whole(spark: SparkSession, paths: list[Path]) -> DataFrame:
