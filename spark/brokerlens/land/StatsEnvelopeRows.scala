@@ -28,7 +28,7 @@ import org.apache.spark.unsafe.types.UTF8String
  * brokerlens_stats_rows(raw, spec, day_start, day_end)
  * }}}
  *
- * `raw` is a whole file's text, `spec` (a constant JSON string, envelope.py's `stats_rows`) names
+ * `raw` is a whole file's text, `spec` (a constant JSON string, envelope.py's `read_stats`) names
  * the stats' fields, the children map (`subscriptions`) and the fields of each child, and the
  * keys kept as text. The result is the file's bronze rows, or, for a file this reader does not
  * take, one element whose `left` is true: the general parser (envelope.py's `explode_children`,
@@ -169,8 +169,8 @@ case class StatsEnvelopeRows(args: Seq[Expression], timeZoneId: Option[String] =
     val hash = XXH64.hashUnsafeBytes(bytes, Platform.BYTE_ARRAY_OFFSET, bytes.length, HashSeed)
     val head = Array[Any](false, record, hash, collectedAt, UTF8String.fromString(cluster), broker)
     stats.get("partitions") match {
-      case null => statsRows(head, topic, partitioned(topic), stats, out)
-      case partitions if partitions.isObject && partitions.size == 0 => statsRows(head, topic, partitioned(topic), stats, out)
+      // Partitioned stats without per-partition detail are one topic's, as are a topic's own.
+      case p if p == null || (p.isObject && p.size == 0) => statsRows(head, topic, partitioned(topic), stats, out)
       case partitions if partitions.isObject =>
         val base = UTF8String.fromString(topic)
         partitions.properties().asScala.forall(p => statsRows(head, p.getKey, base, p.getValue, out))
@@ -188,9 +188,7 @@ case class StatsEnvelopeRows(args: Seq[Expression], timeZoneId: Option[String] =
     def row(child: UTF8String, childStats: InternalRow, childJson: UTF8String): InternalRow =
       new GenericInternalRow(head ++ Array[Any](UTF8String.fromString(topic), partitionedTopic, topicStats, texts, child, childStats, childJson))
     stats.get(spec.children) match {
-      case null => out += row(null, null, null)
-      case n if n.isNull => out += row(null, null, null)
-      case children if children.isObject && children.size == 0 => out += row(null, null, null)
+      case c if c == null || c.isNull || (c.isObject && c.size == 0) => out += row(null, null, null)
       case children if children.isObject =>
         for (c <- children.properties().asScala) {
           if (!c.getValue.isObject) return false

@@ -108,23 +108,21 @@ def _parsed_envelopes(spark: SparkSession, parser, paths: list[Path], day: date)
     records = read_whole(spark, paths)
     persisted: list[DataFrame] = []
     try:
-        parts: list[DataFrame] = []
         if hasattr(parser, "read"):
             taken = parser.read(records, day)
             persisted.append(taken.scanned)
             parts, left = [taken.rows], _records_of(spark, paths, records, taken.left)
         else:
-            left = records
+            parts, left = [], records
         if left is not None:
-            general = parser.parse(left, day, duplicates=False).persist(StorageLevel.DISK_ONLY)
-            persisted.append(general)
-            parts.append(general)
-        frame = reduce(DataFrame.unionByName, parts)
-        copies = has_copies(frame)
+            persisted.append(parser.parse(left, day, duplicates=False).persist(StorageLevel.DISK_ONLY))
+            parts.append(persisted[-1])
+        parsed = Parsed(reduce(DataFrame.unionByName, parts), tuple(persisted))
+        copies = has_copies(parsed.frame)
     except BaseException:
-        Parsed(records, tuple(persisted)).unpersist()
+        for frame in persisted:
+            frame.unpersist()
         raise
-    parsed = Parsed(frame, tuple(persisted))
     if not copies:
         return parsed
     parsed.unpersist()

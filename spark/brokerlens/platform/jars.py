@@ -12,9 +12,10 @@ are excluded: Delta's Spark connector does not need them for path-based tables.
 
 brokerlens' own classes (``JVM_SOURCES``: gold dispatch's one-pass scan and the Spark SQL extension
 that makes it a table function, land's one-pass reader of stats files and its SQL function, the
-Connect server's main, the local file system without processes) are compiled by ``javac`` and by the Scala compiler pyspark ships, against this
-pyspark's JARs, into ``<cache>/brokerlens-jvm-<hash>.jar``, the hash naming the sources
-and the Spark version, so a changed source or Spark builds a new JAR and never uses a stale one.
+Connect server's main, the local file system without processes) are compiled by ``javac`` and by
+the Scala compiler pyspark ships, against this pyspark's JARs, into
+``<cache>/brokerlens-jvm-<hash>.jar``, the hash naming the sources and the Spark version, so a
+changed source or Spark builds a new JAR and never uses a stale one.
 
 ``python -m brokerlens.platform.jars`` fetches and builds them (``infra/bootstrap.sh`` runs it) and
 prints the paths.
