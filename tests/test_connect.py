@@ -172,5 +172,6 @@ def test_a_killed_task_interrupts_its_stages_jobs_and_commits_nothing_after(conn
     from deltalake import DeltaTable
 
     for table in BRONZE:
-        if (home / "lake" / table / "_delta_log").is_dir():
+        # A table whose creation the kill cut short has a log folder but no commit: nothing committed.
+        if any((home / "lake" / table / "_delta_log").glob("*.json")):
             assert all(c["timestamp"] < got["killed_at_ms"] for c in DeltaTable(str(home / "lake" / table)).history()), table
