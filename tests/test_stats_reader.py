@@ -1,8 +1,9 @@
 """Land's one-pass stats reader (StatsEnvelopeRows.scala) gives the general parser's rows exactly,
-on every file it takes, and leaves every file the general parser has something to say about to it.
+on every file it takes, and leaves every file the general parser has something to say about to it,
+for topic stats and internal stats.
 
-The reference is the general parser alone (topic_stats.parse: envelope.explode_children, every
-file through the VARIANT). Rows are compared as their repr, so that a double's last bit and its sign (-0.0) count.
+The reference is the general parser alone (topic_stats.parse, internal_stats.parse:
+envelope.explode_children, every file through the VARIANT). Rows are compared as their repr, so that a double's last bit and its sign (-0.0) count.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from pathlib import Path
 
 from pyspark.sql import functions as F
 
-from brokerlens.land import topic_stats
+from brokerlens.land import internal_stats, topic_stats
 from brokerlens.land.bronze import _records_of, land_kind
 from brokerlens.land.envelope import has_copies
 from brokerlens.land.files import read_whole
@@ -118,44 +119,54 @@ LEFT = {
 }
 
 
-def landing(tmp_path: Path) -> Path:
-    """Every kind of topic-stats file the tests know, in one folder."""
-    folder = tmp_path / "landing" / DAY.isoformat() / "topic-stats"
+def landing(tmp_path: Path, kind: str, real: dict[str, str], taken: dict[str, str], left: dict[str, str], large_files: int) -> Path:
+    """Every file of ``kind`` the tests know, in one folder: the fixture day's, Pulsar's real
+    outputs (``real``: file → topic), ``taken`` and ``left``, and the large day's first 2 minutes
+    of 20 partitions (``large_files`` files)."""
+    folder = tmp_path / "landing" / DAY.isoformat() / kind
     folder.mkdir(parents=True)
-    for path in (FIXTURES / "landing" / DAY.isoformat() / "topic-stats").glob("*.json"):
+    for path in (FIXTURES / "landing" / DAY.isoformat() / kind).glob("*.json"):
         if path.name != "binary.json":  # not text: the survey keeps it from Spark
             shutil.copyfile(path, folder / path.name)
-    for name, topic in REAL_TOPIC_STATS.items():
+    for name, topic in real.items():
         (folder / f"real-{name}").write_text(envelope((FIXTURES / "real" / name).read_text(), topic=topic))
-    for name, text in {**TAKEN, **LEFT}.items():
+    for name, text in {**taken, **left}.items():
         (folder / name).write_text(text)
     write_large_day(tmp_path / "large", DAY, partitions=20, minutes=2)
-    for path in (tmp_path / "large" / DAY.isoformat() / "topic-stats").glob("*.json"):
+    large = sorted((tmp_path / "large" / DAY.isoformat() / kind).glob("*.json"))
+    assert len(large) == large_files
+    for path in large:
         shutil.copyfile(path, folder / f"large-{path.name}")
     return folder
 
 
-def test_the_reader_gives_the_general_parsers_rows_and_leaves_it_every_problem(spark, tmp_path):
-    folder = landing(tmp_path)
+def same_rows(spark, parser, folder: Path, real: dict[str, str], taken: dict[str, str], left: dict[str, str], min_rows: int):
+    """The reader's rows plus the general parser's of the files it left (as land has them) equal
+    the general parser's of every file, repr for repr; the reader leaves exactly ``left`` and the
+    fixture day's bad files, and takes ``taken``, the ``real`` ones and the large day's. Gives
+    (the reader's read, those rows)."""
     records = read_whole(spark, sorted(folder.iterdir()))
+    read = parser.read(records, DAY)
+    left_names = {name.split("/")[-1] for name in read.left}
+    taken_names = {r["source_file"].split("/")[-1] for r in read.rows.select("source_file").distinct().collect()}
+    expected_left = set(left) | {p.name for p in folder.glob("bad-*.json")}
+    assert left_names == expected_left, left_names ^ expected_left
+    assert set(taken) | {f"real-{n}" for n in real} | {p.name for p in folder.glob("large-*")} <= taken_names
 
-    read = topic_stats.read(records, DAY)
-    left = {name.split("/")[-1] for name in read.left}
-    taken = {r["source_file"].split("/")[-1] for r in read.rows.select("source_file").distinct().collect()}
-    bad_fixtures = {p.name for p in folder.glob("bad-*.json")}
-    assert left == set(LEFT) | bad_fixtures, left ^ (set(LEFT) | bad_fixtures)
-    assert set(TAKEN) | {f"real-{n}" for n in REAL_TOPIC_STATS} <= taken
-    assert sum(n.startswith("large-") for n in taken) == 20  # 2 minutes x 10 brokers
-
-    general = topic_stats.parse(records, DAY, duplicates=False)
-    # As land has it: the general parser reads again only the files the reader left.
-    both = read.rows.unionByName(topic_stats.parse(records.where(F.col("source_file").isin(*read.left)), DAY, duplicates=False))
+    general = parser.parse(records, DAY, duplicates=False)
+    both = read.rows.unionByName(parser.parse(records.where(F.col("source_file").isin(*read.left)), DAY, duplicates=False))
     assert general.schema.simpleString() == both.schema.simpleString()
     columns = [c for c in general.columns if c != "ingested_at"]
     expected = sorted(repr(r) for r in general.select(columns).collect())
     got = sorted(repr(r) for r in both.select(columns).collect())
-    assert len(got) == len(expected) > 750
+    assert len(got) == len(expected) > min_rows
     assert got == expected
+    return read, both
+
+
+def test_the_reader_gives_the_general_parsers_rows_and_leaves_it_every_problem(spark, tmp_path):
+    folder = landing(tmp_path, "topic-stats", REAL_TOPIC_STATS, TAKEN, LEFT, large_files=20)  # 2 minutes x 10 brokers
+    read, both = same_rows(spark, topic_stats, folder, REAL_TOPIC_STATS, TAKEN, LEFT, min_rows=750)
     # payments.retry.json is a copy of payments.json, whichever parser read them: land parses again.
     assert has_copies(both)
     # The reader's rows hold what the files say (not only what the general parser says too).
@@ -175,6 +186,68 @@ def test_the_reader_gives_the_general_parsers_rows_and_leaves_it_every_problem(s
     assert [(r["topic"], r["partitioned_topic"], r["topic_msg_rate_in"], r["msg_out_counter"]) for r in partitions] == [
         (f"persistent://t/ns/p-partition-{i}", "persistent://t/ns/p", float(i), i) for i in range(2)
     ]
+    read.scanned.unpersist()
+
+
+REAL_INTERNAL_STATS = {
+    "v4.1-internal-stats.json": "persistent://public/default/pt-zgc-partition-1",
+    "v2-internal-stats-old-ranges.json": "persistent://my-tenant/my-namespace/my-topic",
+    "v2-internal-stats-non-persistent.json": "non-persistent://public/default/np",
+}
+
+
+def cursor(**fields) -> dict:
+    return {"markDeletePosition": "7:3", "readPosition": "7:4", "individuallyDeletedMessages": "[(7:5..7:9]]", "messagesConsumedCounter": 9, **fields}
+
+
+def internal(ledgers, cursors: dict, topic: str = "persistent://t/ns/x", **fields) -> str:
+    return envelope(json.dumps({"entriesAddedCounter": 12, "currentLedgerEntries": 2, "ledgers": ledgers, "cursors": cursors, **fields}), topic=topic)
+
+
+LEDGERS = [{"ledgerId": 7, "entries": 10, "size": 1000, "offloaded": False}, {"ledgerId": 9, "entries": 0}]
+# Internal-stats files the reader takes: ledgers with other keys, nulls and another key's case,
+# cursors of a non-persistent topic without positions, a negative messagesConsumedCounter.
+TAKEN_INTERNAL = {
+    "ledgers.json": internal(
+        LEDGERS + [{"ledgerId": 11, "entries": None, "size": 5}, {"LedgerId": 12, "entries": 1}], {"s": cursor(messagesConsumedCounter=-1)}
+    ),
+    "no-ledgers.json": internal(None, {"s": cursor(readPosition=None)}) + "\n",
+    "empty-ledgers.json": internal([], {}),
+    "non-persistent.json": internal(None, {"s": cursor(markDeletePosition=None, readPosition=None)}, topic="non-persistent://t/ns/np"),
+    "partitioned.json": envelope(
+        json.dumps(
+            {
+                "metadata": {"partitions": 2},
+                "partitions": {f"persistent://t/ns/p-partition-{i}": json.loads(internal(LEDGERS, {"s": cursor()}))["stats"] for i in range(2)},
+            }
+        ),
+        topic="persistent://t/ns/p",
+    ),
+}
+# Files the general parser must read: a position missing or not ledgerId:entryId, a ledger's
+# number written otherwise than as a whole number, ledgers that are not objects.
+LEFT_INTERNAL = {
+    "no-mark-delete.json": internal(LEDGERS, {"s": cursor(markDeletePosition=None)}),
+    "bad-read-position.json": internal(LEDGERS, {"s": cursor(readPosition="7-4")}),
+    "position-number.json": internal(LEDGERS, {"s": cursor(markDeletePosition=7)}),
+    "ledger-fraction.json": internal([{"ledgerId": 7, "entries": 10.0}], {"s": cursor()}),
+    "ledger-as-text.json": internal([{"ledgerId": "7", "entries": 10}], {"s": cursor()}),
+    "ledger-not-object.json": internal([7], {"s": cursor()}),
+    "ledgers-object.json": internal({"ledgerId": 7}, {"s": cursor()}),
+    "negative-entries-added.json": internal(LEDGERS, {"s": cursor()}, entriesAddedCounter=-1),
+    "cursor-not-object.json": internal(LEDGERS, {"s": "7:3"}),
+}
+
+
+def test_the_reader_gives_internal_stats_as_the_general_parser_does(spark, tmp_path):
+    folder = landing(tmp_path, "internal-stats", REAL_INTERNAL_STATS, TAKEN_INTERNAL, LEFT_INTERNAL, large_files=10)  # one round of 10 brokers
+    read, both = same_rows(spark, internal_stats, folder, REAL_INTERNAL_STATS, TAKEN_INTERNAL, LEFT_INTERNAL, min_rows=80)
+    # The reader's rows hold what the files say: ledgers by id, the last one's id the current ledger.
+    [row] = both.where("source_file LIKE '%/ledgers.json'").collect()
+    assert (row["ledger_entries"], row["current_ledger_id"], row["messages_consumed_counter"]) == ({7: 10, 9: 0, 11: None}, 11, -1)
+    assert (row["mark_delete_position"], row["read_position"], row["individually_deleted_messages"]) == ("7:3", "7:4", "[(7:5..7:9]]")
+    [row] = both.where("source_file LIKE '%/non-persistent.json'").collect()
+    assert (row["topic"], row["cursor"], row["mark_delete_position"], row["ledger_entries"]) == ("non-persistent://t/ns/np", "s", None, None)
     read.scanned.unpersist()
 
 

@@ -15,22 +15,24 @@ import org.apache.spark.sql.SparkSessionExtensions
 import org.apache.spark.sql.catalyst.{FunctionIdentifier, InternalRow}
 import org.apache.spark.sql.catalyst.expressions.{Expression, ExpressionInfo, GenericInternalRow, TimeZoneAwareExpression, XXH64}
 import org.apache.spark.sql.catalyst.expressions.codegen.CodegenFallback
+import org.apache.spark.sql.catalyst.parser.CatalystSqlParser
 import org.apache.spark.sql.catalyst.util.{DateTimeUtils, GenericArrayData}
 import org.apache.spark.sql.types._
 import org.apache.spark.unsafe.Platform
 import org.apache.spark.unsafe.types.UTF8String
 
 /**
- * Land's one-pass reader of a stats file (topic stats in their envelope, land/envelope.py), as
- * the Spark SQL function
+ * Land's one-pass reader of a stats file (topic stats or internal stats in their envelope,
+ * land/envelope.py), as the Spark SQL function
  *
  * {{{
  * brokerlens_stats_rows(raw, spec, day_start, day_end)
  * }}}
  *
  * `raw` is a whole file's text, `spec` (a constant JSON string, envelope.py's `read_stats`) names
- * the stats' fields, the children map (`subscriptions`) and the fields of each child, and the
- * keys kept as text. The result is the file's bronze rows, or, for a file this reader does not
+ * the stats' fields, the children map (`subscriptions`, `cursors`) and the fields of each child
+ * (with a child's own checks: a pattern its string must match, a field required unless the topic
+ * name starts with a prefix), the keys kept as text, and whether each child's text is kept. The result is the file's bronze rows, or, for a file this reader does not
  * take, one element whose `left` is true: the general parser (envelope.py's `explode_children`,
  * Spark SQL over a VARIANT) reads that file.
  *
@@ -38,8 +40,9 @@ import org.apache.spark.unsafe.types.UTF8String
  * JSON (no duplicate key, no trailing text, no NaN, no single quotes), every envelope an object
  * with its required fields, `collected_at` a timestamp string on the day, and each field either
  * absent, null or of its own JSON type (a whole number that fits a long for an integer, also written
- * 800.0 or 3.5E4; any such number or a fraction for a double; `true`/`false`; a string of the enum),
- * no negative counter. Anything else (a number written as a string, `-0.0`, a bad record) is
+ * 800.0 or 3.5E4; any such number or a fraction for a double; `true`/`false`; a string of the enum;
+ * for an array of structs of integers, objects whose fields are whole numbers written as such),
+ * no negative counter, a child's checks met. Anything else (a number written as a string, `-0.0`, a bad record) is
  * the general parser's, so the quarantine's reasons are its alone. Texts are Jackson's compact
  * rendering of the parsed values, as Spark's `from_json` renders a value read as a string; the
  * envelope's hash is Spark's `xxhash64` of its text.
@@ -52,20 +55,32 @@ class StatsEnvelopeRowsExtension extends (SparkSessionExtensions => Unit) {
   }
 }
 
-/** One field of a stats object: its key, its type (bigint, int, double, boolean, string, or
- * array<string>, counted), and whether it is a counter (a negative value is a bad record) or an enum. */
-final case class StatsField(key: String, kind: String, counter: Boolean, allowed: Set[String]) {
-  def outputType: DataType = kind match {
+/** One field of a stats object: its key, its type (bigint, int, double, boolean, string,
+ * array<string>, counted, or an array of structs of bigints, as Pulsar's `ledgers`), whether it is a
+ * counter (a negative value is a bad record) or an enum, a pattern its string must match, and a
+ * topic-name prefix without which it is required (a persistent topic's cursor has positions). */
+final case class StatsField(key: String, kind: String, counter: Boolean, allowed: Set[String], pattern: Option[Pattern],
+    requiredUnlessPrefix: Option[String]) {
+  val outputType: DataType = kind match {
     case "bigint" => LongType
     case "int" | "array<string>" => IntegerType
     case "double" => DoubleType
     case "boolean" => BooleanType
     case "string" => StringType
-    case other => throw new IllegalArgumentException(s"${StatsEnvelopeRows.Name}: field $key has type $other, which it does not read")
+    case other =>
+      CatalystSqlParser.parseDataType(other) match {
+        case a @ ArrayType(StructType(fields), _) if fields.forall(_.dataType == LongType) => a
+        case _ => throw new IllegalArgumentException(s"${StatsEnvelopeRows.Name}: field $key has type $other, which it does not read")
+      }
+  }
+  /** The struct fields of an array of structs (empty for the other types). */
+  val members: Array[String] = outputType match {
+    case ArrayType(StructType(fields), _) => fields.map(_.name)
+    case _ => Array.empty
   }
 }
 
-final case class StatsSpec(children: String, topic: Seq[StatsField], child: Seq[StatsField], verbatim: Seq[String]) {
+final case class StatsSpec(children: String, topic: Seq[StatsField], child: Seq[StatsField], verbatim: Seq[String], childJson: Boolean) {
   private def struct(fields: Seq[StatsField]) = StructType(fields.map(f => StructField(f.key, f.outputType)))
 
   val rowType: StructType = StructType(
@@ -90,9 +105,12 @@ object StatsSpec {
     val node = new ObjectMapper().readTree(json)
     def fields(name: String) = node.get(name).elements().asScala.toSeq.map { f =>
       val allowed = Option(f.get("enum")).map(_.elements().asScala.map(_.asText).toSet).getOrElse(Set.empty[String])
-      StatsField(f.get("key").asText, f.get("type").asText, Option(f.get("counter")).exists(_.asBoolean), allowed)
+      def text(key: String) = Option(f.get(key)).filterNot(_.isNull).map(_.asText)
+      StatsField(f.get("key").asText, f.get("type").asText, Option(f.get("counter")).exists(_.asBoolean), allowed,
+        text("pattern").map(p => Pattern.compile(p)), text("required_unless_prefix"))
     }
-    StatsSpec(node.get("children").asText, fields("topic"), fields("child"), node.get("verbatim").elements().asScala.map(_.asText).toSeq)
+    StatsSpec(node.get("children").asText, fields("topic"), fields("child"), node.get("verbatim").elements().asScala.map(_.asText).toSeq,
+      Option(node.get("child_json")).forall(_.asBoolean))
   }
 }
 
@@ -182,7 +200,7 @@ case class StatsEnvelopeRows(args: Seq[Expression], timeZoneId: Option[String] =
   private def statsRows(head: Array[Any], topic: String, partitionedTopic: UTF8String, stats: JsonNode,
       out: ArrayBuffer[InternalRow]): Boolean = {
     if (!stats.isObject) return false
-    val topicStats = typed(stats, spec.topic).getOrElse(return false)
+    val topicStats = typed(stats, spec.topic, topic).getOrElse(return false)
     val texts = new GenericInternalRow(spec.verbatim.length)
     for ((key, i) <- spec.verbatim.zipWithIndex) texts.update(i, text(stats.get(key)))
     def row(child: UTF8String, childStats: InternalRow, childJson: UTF8String): InternalRow =
@@ -192,22 +210,24 @@ case class StatsEnvelopeRows(args: Seq[Expression], timeZoneId: Option[String] =
       case children if children.isObject =>
         for (c <- children.properties().asScala) {
           if (!c.getValue.isObject) return false
-          val childStats = typed(c.getValue, spec.child).getOrElse(return false)
-          out += row(UTF8String.fromString(c.getKey), childStats, text(c.getValue))
+          val childStats = typed(c.getValue, spec.child, topic).getOrElse(return false)
+          out += row(UTF8String.fromString(c.getKey), childStats, if (spec.childJson) text(c.getValue) else null)
         }
       case _ => return false
     }
     true
   }
 
-  /** The fields of ``obj`` as the general parser types them, or None where it would find a problem. */
-  private def typed(obj: JsonNode, fields: Seq[StatsField]): Option[InternalRow] = {
+  /** The fields of ``obj`` (of ``topic``) as the general parser types them, or None where it would find a problem. */
+  private def typed(obj: JsonNode, fields: Seq[StatsField], topic: String): Option[InternalRow] = {
     val row = new GenericInternalRow(fields.length)
     var i = 0
     while (i < fields.length) {
       val f = fields(i)
       val node = obj.get(f.key)
-      if (node != null && !node.isNull) {
+      if (node == null || node.isNull) {
+        if (f.requiredUnlessPrefix.exists(prefix => !topic.startsWith(prefix))) return None
+      } else {
         val value: Any = (f.kind, node) match {
           case ("bigint", n @ (_: IntNode | _: LongNode)) if !(f.counter && n.longValue < 0) => n.longValue
           // A whole number written as a fraction (Pulsar 2.x's partitioned stats sum counters as
@@ -219,8 +239,11 @@ case class StatsEnvelopeRows(args: Seq[Expression], timeZoneId: Option[String] =
           case ("double", n @ (_: IntNode | _: LongNode)) => n.longValue.toDouble
           case ("double", n: DoubleNode) if !isNegativeZero(n.doubleValue) => n.doubleValue
           case ("boolean", b: BooleanNode) => b.booleanValue
-          case ("string", t: TextNode) if f.allowed.isEmpty || f.allowed.contains(t.textValue) => UTF8String.fromString(t.textValue)
+          // Spark's rlike: the pattern found in the string.
+          case ("string", t: TextNode) if (f.allowed.isEmpty || f.allowed.contains(t.textValue)) && f.pattern.forall(_.matcher(t.textValue).find()) =>
+            UTF8String.fromString(t.textValue)
           case ("array<string>", a) if a.isArray && a.elements().asScala.forall(_.isObject) => a.size
+          case (_, a) if f.members.nonEmpty && a.isArray => structs(a, f.members).getOrElse(return None)
           case _ => return None
         }
         row.update(i, value)
@@ -228,6 +251,31 @@ case class StatsEnvelopeRows(args: Seq[Expression], timeZoneId: Option[String] =
       i += 1
     }
     Some(row)
+  }
+
+  /** An array of objects whose ``members`` are absent, null or whole numbers written as such, as
+   * structs of longs (a member of another type, or an element that is no object: None). */
+  private def structs(array: JsonNode, members: Array[String]): Option[GenericArrayData] = {
+    val out = new Array[Any](array.size)
+    var i = 0
+    while (i < out.length) {
+      val element = array.get(i)
+      if (!element.isObject) return None
+      val struct = new GenericInternalRow(members.length)
+      var m = 0
+      while (m < members.length) {
+        element.get(members(m)) match {
+          case null =>
+          case n if n.isNull =>
+          case n @ (_: IntNode | _: LongNode) => struct.update(m, n.longValue)
+          case _ => return None
+        }
+        m += 1
+      }
+      out(i) = struct
+      i += 1
+    }
+    Some(new GenericArrayData(out))
   }
 
   private def requiredText(obj: JsonNode, key: String): Option[String] = obj.get(key) match {

@@ -262,11 +262,17 @@ def read_stats(
     children: str,
     child_fields: tuple[Field, ...],
     verbatim: tuple[str, ...] = (),
+    child_checks: dict[str, ChildCheck] | None = None,
+    child_json: bool = True,
 ) -> StatsRead:
     """The records (whole files) read in one pass by brokerlens' stats reader
     (``StatsEnvelopeRows.scala``), its output persisted on disk (one Spark job, here): its rows,
     their containers counted (an ``array<string>`` field is its size), and the files it left to
     :func:`explode_children`, each holding something that parser judges.
+
+    ``child_checks``: by child field, what the kind's ``extra_child_problems`` check besides the
+    fields' own (the reader leaves a file where one fails); ``child_json``: whether the rows
+    carry each child's text (``child_json`` is null otherwise, for a kind whose rows do not keep it).
 
     The reader takes only files in which :func:`explode_children` finds no problem, and gives
     its rows exactly; envelopes are not checked for copies (:func:`has_copies` tells). Through
@@ -276,8 +282,9 @@ def read_stats(
     spec = {
         "children": children,
         "topic": [_field_spec(f) for f in topic_fields if f.key != children],
-        "child": [_field_spec(f) for f in child_fields],
+        "child": [_field_spec(f, (child_checks or {}).get(f.key)) for f in child_fields],
         "verbatim": list(verbatim),
+        "child_json": child_json,
     }
     start, end = day_bounds(day)
     read = F.call_function(STATS_ROWS_FUNCTION, F.col("raw"), F.lit(json.dumps(spec)), F.lit(start), F.lit(end))
@@ -304,5 +311,14 @@ def read_stats(
     return StatsRead(rows, left, scanned)
 
 
-def _field_spec(f: Field) -> dict:
-    return {"key": f.key, "type": f.type, "counter": f.counter, "enum": list(f.enum)}
+class ChildCheck(NamedTuple):
+    """A child field's check beyond its type: a Java regex its string must match (Spark's
+    ``rlike``), and the topic-name prefix without which the field is required."""
+
+    pattern: str | None = None
+    required_unless_prefix: str | None = None
+
+
+def _field_spec(f: Field, check: ChildCheck | None = None) -> dict:
+    check = check or ChildCheck()
+    return {"key": f.key, "type": f.type, "counter": f.counter, "enum": list(f.enum), **check._asdict()}

@@ -1,6 +1,7 @@
 """internal-stats/*.json: ``pulsar-admin topics stats-internal`` (PersistentTopicInternalStats,
 ManagedLedgerInternalStats.CursorStats) in the envelope. One bronze row per topic partition x
-cursor."""
+cursor: through brokerlens' one-pass stats reader where it takes the file (:func:`read`), else the
+general parser (:func:`parse`)."""
 
 from __future__ import annotations
 
@@ -10,13 +11,14 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from .checks import MISSING_FIELD, PRIORITY, WRONG_TYPE, Field
-from .envelope import ENVELOPE, explode_children
+from .envelope import ENVELOPE, ChildCheck, StatsRead, explode_children, read_stats
 
 KIND = "internal-stats"
 TABLE = "bronze_internal_stats"
 SUFFIXES = (".json",)
 WHOLE_FILE = True
 POSITION = r"^-?[0-9]+:-?[0-9]+$"  # ledgerId:entryId
+NON_PERSISTENT = "non-persistent://"
 
 TOPIC = (
     Field("entriesAddedCounter", "bigint", counter=True),
@@ -42,29 +44,50 @@ CURSOR = (
     Field("state", column="cursor_state"),
     Field("active", "boolean", column="cursor_active"),
 )
+# A cursor's positions are ledgerId:entryId; a persistent topic's cursor has its mark-delete
+# position (a non-persistent topic's cursors have none). :func:`_position_problems` checks them,
+# and the reader leaves a file where one fails.
+CURSOR_CHECKS = {
+    "markDeletePosition": ChildCheck(POSITION, required_unless_prefix=NON_PERSISTENT),
+    "readPosition": ChildCheck(POSITION),
+}
 
 
 def _position_problems(cursor: F.Column) -> list:
     return [
         (
             PRIORITY.index(MISSING_FIELD),
-            ~F.col("topic").startswith("non-persistent://") & cursor["markDeletePosition"].isNull(),
+            ~F.col("topic").startswith(check.required_unless_prefix) & cursor[key].isNull(),
             MISSING_FIELD,
-            F.lit("markDeletePosition is missing"),
-        ),
+            F.lit(f"{key} is missing"),
+        )
+        for key, check in CURSOR_CHECKS.items()
+        if check.required_unless_prefix
     ] + [
         (
             PRIORITY.index(WRONG_TYPE),
-            cursor[key].isNotNull() & ~cursor[key].rlike(POSITION),
+            cursor[key].isNotNull() & ~cursor[key].rlike(check.pattern),
             WRONG_TYPE,
             F.concat(F.lit(f"{key} should be ledgerId:entryId, got "), F.substring(cursor[key], 1, 100)),
         )
-        for key in ("markDeletePosition", "readPosition")
+        for key, check in CURSOR_CHECKS.items()
+        if check.pattern
     ]
 
 
 def parse(records: DataFrame, day: date, duplicates: bool = True) -> DataFrame:
-    rows = explode_children(records, day, TOPIC, "cursors", CURSOR, "cursor", _position_problems, duplicates=duplicates)
+    return _bronze(explode_children(records, day, TOPIC, "cursors", CURSOR, "cursor", _position_problems, duplicates=duplicates), day)
+
+
+def read(records: DataFrame, day: date) -> StatsRead:
+    """The files brokerlens' stats reader takes, as :func:`parse` would give them (without the
+    duplicate check), and those it leaves to :func:`parse`."""
+    taken = read_stats(records, day, TOPIC, "cursors", CURSOR, child_checks=CURSOR_CHECKS, child_json=False)
+    return taken._replace(rows=_bronze(taken.rows, day))
+
+
+def _bronze(rows: DataFrame, day: date) -> DataFrame:
+    """The bronze columns of the rows of :func:`~.envelope.explode_children` or the reader."""
     ts, cs = F.col("_ts"), F.col("_cs")
     ledgers = F.filter(ts["ledgers"], lambda ledger: ledger["ledgerId"].isNotNull())
     return rows.select(
