@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import date, timedelta
 
-from pyspark.sql import DataFrame, Window
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from .limits import MEASURES, US, limit_timeline, quota_until, round_half_up, with_limit
@@ -27,18 +27,15 @@ def closing_debt(
     included), so a built day always has its partition.
     """
     timeline = limit_timeline(limits)
-    last_row = Window.partitionBy(*SCOPE).orderBy(F.col("period_start").desc())
-    last = (
-        periods.withColumn("_n", F.row_number().over(last_row))
-        .where("_n = 1")
-        .select(
-            *SCOPE,
-            (F.unix_micros("period_start") + round_half_up(F.col("interval_seconds") * US)).alias("at_us"),
-            *[F.coalesce(F.col(f"{m}_limit") - F.col(f"tokens_out_{name}"), F.col(f"debt_out_{name}")).alias(f"debt_{name}") for name, m in MEASURES],
-            F.col("period_start").alias("last_period_start"),
-            "limiter_model",
-        )
+    # Each scope's last row: an aggregate, combined within each task before the shuffle (a
+    # window would sort every period of the day by scope and time).
+    last_values = F.struct(
+        (F.unix_micros("period_start") + round_half_up(F.col("interval_seconds") * US)).alias("at_us"),
+        *[F.coalesce(F.col(f"{m}_limit") - F.col(f"tokens_out_{name}"), F.col(f"debt_out_{name}")).alias(f"debt_{name}") for name, m in MEASURES],
+        F.col("period_start").alias("last_period_start"),
+        F.col("limiter_model").alias("limiter_model"),
     )
+    last = periods.groupBy(*SCOPE).agg(F.max_by(last_values, "period_start").alias("_last")).select(*SCOPE, "_last.*")
     midnight_start = F.unix_micros(F.to_timestamp(F.lit(day.isoformat())))
     if opening_debt is not None:
         carried = scope_join(opening_debt, last.select(*SCOPE), "left_anti")
