@@ -87,12 +87,7 @@ def land_kind(spark: SparkSession, parser, day: date, settings: LandStepSettings
     if parser.WHOLE_FILE:
         parsed, not_landed = _parsed_envelopes(spark, parser, files.read, day), 0
     else:
-        lines = read_lines(spark, files.read)
-        # The samples of other /metrics families are dropped before anything is parsed.
-        records, not_landed = metrics.landed_records(lines, settings.land) if parser is metrics else (lines.records, 0)
-        records = mark_duplicates(records, within_file=getattr(parser, "DUPLICATES_WITHIN_FILE", False))
-        frame = parser.parse(records, day).persist(StorageLevel.DISK_ONLY)
-        parsed = Parsed(frame, (frame,))
+        parsed, not_landed = _parsed_lines(spark, parser, files.read, day, settings)
     schema = table_schema(parser.TABLE)
     good = parsed.frame.where(F.col("problem").isNull()).select(*schema.column_names)
     bad = quarantine_frame(parsed.frame.where(F.col("problem").isNotNull()), day, parser.KIND).unionByName(bad)
@@ -128,6 +123,35 @@ def _parsed_envelopes(spark: SparkSession, parser, paths: list[Path], day: date)
     parsed.unpersist()
     frame = parser.parse(records, day).persist(StorageLevel.DISK_ONLY)
     return Parsed(frame, (frame,))
+
+
+def _parsed_lines(spark: SparkSession, parser, paths: list[Path], day: date, settings: LandStepSettings) -> tuple[Parsed, int]:
+    """A line kind's rows, persisted, and its samples not landed (/metrics). Where the kind has a
+    one-pass reader (``parser.read``), it reads the files it takes and the general parser
+    (``parser.parse``) the files it left, line by line."""
+    parts: list[DataFrame] = []
+    persisted: list[DataFrame] = []
+    not_landed = 0
+    try:
+        if hasattr(parser, "read"):
+            taken = parser.read(spark, paths, day, settings.land)
+            if taken.rows is not None:
+                parts.append(taken.rows)
+                persisted.append(taken.scanned)
+            paths, not_landed = taken.left, taken.not_landed
+        if paths:
+            lines = read_lines(spark, paths)
+            # The samples of other /metrics families are dropped before anything is parsed.
+            records, others = metrics.landed_records(lines, settings.land) if parser is metrics else (lines.records, 0)
+            records = mark_duplicates(records, within_file=getattr(parser, "DUPLICATES_WITHIN_FILE", False))
+            persisted.append(parser.parse(records, day).persist(StorageLevel.DISK_ONLY))
+            parts.append(persisted[-1])
+            not_landed += others
+    except BaseException:
+        for frame in persisted:
+            frame.unpersist()
+        raise
+    return Parsed(reduce(DataFrame.unionByName, parts), tuple(persisted)), not_landed
 
 
 def _records_of(spark: SparkSession, paths: list[Path], records: DataFrame, names: frozenset[str]) -> DataFrame | None:

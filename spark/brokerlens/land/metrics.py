@@ -18,18 +18,26 @@ overrides all three; a header that is present but bad quarantines the file as on
 ``# TYPE`` lines give a family's type (once per family and file, whatever the order); ``# HELP``
 and other comments are skipped; every other non-blank line is a sample
 ``name{label="value",...} value [timestamp_ms]``.
+
+A page is read whole, in one pass, by brokerlens' reader (``MetricsPageRows.scala``, :func:`read`)
+when it takes the file (one in which :func:`parse` would find nothing to say); every other file
+goes to :func:`parse`, line by line.
 """
 
 from __future__ import annotations
 
 import fnmatch
+import json
 from datetime import date
+from pathlib import Path
+from typing import NamedTuple
 
 from pyspark import StorageLevel
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from brokerlens.land.settings import LandSettings
+from brokerlens.platform.jars import METRICS_ROWS_FUNCTION
 
 from .checks import (
     MALFORMED_LINE,
@@ -47,7 +55,7 @@ from .checks import (
     map_object,
     with_object,
 )
-from .files import Lines
+from .files import Lines, read_whole
 
 KIND = "metrics"
 TABLE = "bronze_metrics"
@@ -86,6 +94,12 @@ VERSION_METRIC = "pulsar_version_info"  # its `version` label
 ANALYTICS_FAMILIES = (MSG_OUT_COUNTER, BYTES_OUT_COUNTER, *CURSOR_RANGES_METRICS, VERSION_METRIC)
 
 
+def _family_pattern(settings: LandSettings) -> str | None:
+    """The Java regex of ``land.metric_families``' glob patterns (fnmatch's translation is one:
+    (?s:...) and \\Z), none without a pattern."""
+    return "|".join(f"^{fnmatch.translate(p)}" for p in settings.metric_families) or None
+
+
 def _landed(settings: LandSettings) -> F.Column | None:
     """Whether a landing line lands (headers, comments, lines that are not a sample, and the
     samples of the kept families); None: every line does (``land.metric_families`` has ``*``)."""
@@ -94,10 +108,87 @@ def _landed(settings: LandSettings) -> F.Column | None:
     raw = F.trim("raw")
     name = F.regexp_extract(raw, _NAME, 1)
     kept = name.isin(*ANALYTICS_FAMILIES)
-    if settings.metric_families:
-        # fnmatch's translation is also a Java regex: (?s:...) and \Z.
-        kept = kept | name.rlike("|".join(f"^{fnmatch.translate(p)}" for p in settings.metric_families))
+    if pattern := _family_pattern(settings):
+        kept = kept | name.rlike(pattern)
     return raw.startswith("#") | kept | ~raw.rlike(_SAMPLE)
+
+
+# Pages up to this size are read whole by brokerlens' reader: a task holds a page about five
+# times over (its bytes, its text, its lines, the rows), two tasks at once on a 2-core driver.
+# Larger and compressed ones go to the general parser, which streams their lines.
+READER_MAX_BYTES = 16 << 20
+
+
+class MetricsRead(NamedTuple):
+    """What :func:`read` gives."""
+
+    rows: DataFrame | None  # the reader's rows, as parse gives them (None: it took no file)
+    left: list[Path]  # the files for the general parser
+    not_landed: int  # samples of the other families in the files it took
+    scanned: DataFrame | None  # what the rows come from, persisted: unpersist it when done
+
+
+def read(spark: SparkSession, paths: list[Path], day: date, settings: LandSettings) -> MetricsRead:
+    """The ``paths`` brokerlens' /metrics reader takes, as :func:`parse` gives them, and those
+    it leaves to :func:`parse`: compressed and larger pages, and every page in which that parser
+    finds a problem (one Spark job reads them, here)."""
+    whole = [p for p in paths if p.name.endswith(".prom") and p.stat().st_size <= READER_MAX_BYTES]
+    if not whole:
+        return MetricsRead(None, paths, 0, None)
+    spec = {
+        "header": _HEADER,
+        "type": _TYPE,
+        "sample": _SAMPLE,
+        "label": _LABEL,
+        "family_suffix": _FAMILY_SUFFIX,
+        "types": list(METRIC_TYPES),
+        "families": list(ANALYTICS_FAMILIES),
+        "family_pattern": _family_pattern(settings),
+        "keep_all": "*" in settings.metric_families,
+    }
+    start, end = day_bounds(day)
+    page = F.call_function(METRICS_ROWS_FUNCTION, F.col("raw"), F.lit(json.dumps(spec)), F.lit(start), F.lit(end), F.col("ingested_at"))
+    scanned = read_whole(spark, whole).select("source_file", "ingested_at", page.alias("_p")).persist(StorageLevel.DISK_ONLY)
+    try:
+        files = scanned.select("source_file", "_p.left", "_p.not_landed").collect()  # a row per file
+    except BaseException:
+        scanned.unpersist()
+        raise
+    by_name = {"/".join(p.parts[-3:]): p for p in whole}
+    if {r["source_file"] for r in files} != by_name.keys():
+        # Spark named a file otherwise than by its path (files._source_file): the general parser reads them all.
+        scanned.unpersist()
+        return MetricsRead(None, paths, 0, None)
+    taken = {r["source_file"] for r in files if not r["left"]}
+    p, s = F.col("_p"), F.col("_s")
+    rows = scanned.where(~p["left"]).select("source_file", "ingested_at", "_p", F.explode(p["samples"]).alias("_s"))
+    rows = rows.select(
+        *_located(
+            day, p["header_collected_at"], p["header_cluster"], p["header_broker"], s["labels"], s["sample_timestamp"], p["file_cluster"], p["file_stamp"]
+        ),
+        *[s[c].alias(c) for c in ("metric", "metric_type", "labels", "value", "sample_timestamp")],
+        "source_file",
+        s["line"].alias("line"),
+        s["raw"].alias("raw"),
+        "ingested_at",
+        F.lit(None).cast("struct<reason:string,detail:string>").alias("problem"),
+    )
+    left = [path for name, path in by_name.items() if name not in taken] + [path for path in paths if path not in set(whole)]
+    return MetricsRead(rows, left, sum(r["not_landed"] for r in files if not r["left"]), scanned)
+
+
+def _located(
+    day: date, header_at: Column, header_cluster: Column, header_broker: Column, labels: Column, stamp: Column, file_cluster: Column, file_stamp: Column
+) -> list[Column]:
+    """A sample's day, collected_at, cluster and broker: the header's, else the sample's own
+    (timestamp, ``cluster`` label), else the file's (its latest sample timestamp, its largest
+    ``cluster`` label; its modification time; its name)."""
+    return [
+        F.lit(day).alias("day"),
+        F.coalesce(header_at, stamp, file_stamp, F.col("ingested_at")).alias("collected_at"),
+        F.coalesce(header_cluster, labels["cluster"], file_cluster).alias("cluster"),
+        F.coalesce(header_broker, F.nullif(broker_from_file(F.col("source_file")), F.lit(""))).alias("broker"),
+    ]
 
 
 def landed_records(lines: Lines, settings: LandSettings) -> tuple[DataFrame, int]:
@@ -188,10 +279,16 @@ def parse(records: DataFrame, day: date) -> DataFrame:
         ]
     )
     rows = kept.withColumn("metric_type", F.coalesce("_exact_type", "_stripped_type")).select(
-        F.lit(day).alias("day"),
-        F.coalesce(h["t"]["collected_at"], "sample_timestamp", "_file_stamp", "ingested_at").alias("collected_at"),
-        F.coalesce(h["t"]["cluster"], F.col("labels")["cluster"], "_file_cluster").alias("cluster"),
-        F.coalesce(h["t"]["broker"], F.nullif(broker_from_file(F.col("source_file")), F.lit(""))).alias("broker"),
+        *_located(
+            day,
+            h["t"]["collected_at"],
+            h["t"]["cluster"],
+            h["t"]["broker"],
+            F.col("labels"),
+            F.col("sample_timestamp"),
+            F.col("_file_cluster"),
+            F.col("_file_stamp"),
+        ),
         "metric",
         "metric_type",
         "labels",

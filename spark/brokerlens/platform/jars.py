@@ -55,14 +55,16 @@ JVM_SOURCES = (
     ("brokerlens.gold.dispatch", "DispatchScan.java"),
     ("brokerlens.gold.dispatch", "DispatchScanExtension.scala"),
     ("brokerlens.land", "StatsEnvelopeRows.scala"),
+    ("brokerlens.land", "MetricsPageRows.scala"),
     ("brokerlens.platform", "ConnectServer.scala"),
     ("brokerlens.platform", "LocalFileSystem.java"),
 )
 # The Spark SQL extensions in them (``spark.sql.extensions``): gold dispatch's scan as a table
-# function, land's stats reader as a function.
-SQL_EXTENSIONS = ("brokerlens.jvm.DispatchScanExtension", "brokerlens.jvm.StatsEnvelopeRowsExtension")
+# function, land's stats and /metrics readers as functions.
+SQL_EXTENSIONS = ("brokerlens.jvm.DispatchScanExtension", "brokerlens.jvm.StatsEnvelopeRowsExtension", "brokerlens.jvm.MetricsPageRowsExtension")
 DISPATCH_SCAN_FUNCTION = "brokerlens_dispatch_scan"
 STATS_ROWS_FUNCTION = "brokerlens_stats_rows"
+METRICS_ROWS_FUNCTION = "brokerlens_metrics_rows"
 JAVA_RELEASE = "17"
 
 
