@@ -13,7 +13,7 @@ import pytest
 from landing_helpers import rows
 from pyspark.sql import functions as F
 
-from brokerlens.gold.holes.ranges import parse_ranges, range_stats
+from brokerlens.gold.holes.ranges import with_range_stats
 from brokerlens.land.bronze import land_day
 from brokerlens.platform.tables import read_table
 from brokerlens.platform.frames import rows_frame
@@ -97,9 +97,8 @@ def check_internal_stats(spark, settings):
         [("standalone", old["topic"], old["cursor"], datetime(2020, 3, 9, 17, 25), 10000, old["individually_deleted_messages"])],
         "cluster string, topic string, subscription string, snapshot_at timestamp, cap int, individually_deleted_messages string",
     ).withColumn("ledger_entries", F.create_map().cast("map<bigint,bigint>"))
-    parsed = parse_ranges(snap)
-    assert parsed.first()["outline_ok"]
-    stats = range_stats(parsed).first()
+    stats = with_range_stats(snap).first()
+    assert stats["outline_ok"]
     assert (stats["ranges_parsed"], stats["bad_ranges"], stats["acked_entries"]) == (2, 0, 5)
 
 

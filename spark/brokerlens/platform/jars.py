@@ -56,15 +56,22 @@ JVM_SOURCES = (
     ("brokerlens.gold.dispatch", "DispatchScanExtension.scala"),
     ("brokerlens.land", "StatsEnvelopeRows.scala"),
     ("brokerlens.land", "MetricsPageRows.scala"),
+    ("brokerlens.gold.holes", "RangeStats.scala"),
     ("brokerlens.platform", "ConnectServer.scala"),
     ("brokerlens.platform", "LocalFileSystem.java"),
 )
 # The Spark SQL extensions in them (``spark.sql.extensions``): gold dispatch's scan as a table
-# function, land's stats and /metrics readers as functions.
-SQL_EXTENSIONS = ("brokerlens.jvm.DispatchScanExtension", "brokerlens.jvm.StatsEnvelopeRowsExtension", "brokerlens.jvm.MetricsPageRowsExtension")
+# function, land's stats and /metrics readers and gold holes' range stats as functions.
+SQL_EXTENSIONS = (
+    "brokerlens.jvm.DispatchScanExtension",
+    "brokerlens.jvm.StatsEnvelopeRowsExtension",
+    "brokerlens.jvm.MetricsPageRowsExtension",
+    "brokerlens.jvm.RangeStatsExtension",
+)
 DISPATCH_SCAN_FUNCTION = "brokerlens_dispatch_scan"
 STATS_ROWS_FUNCTION = "brokerlens_stats_rows"
 METRICS_ROWS_FUNCTION = "brokerlens_metrics_rows"
+RANGE_STATS_FUNCTION = "brokerlens_range_stats"
 JAVA_RELEASE = "17"
 
 

@@ -35,7 +35,7 @@ from pyspark.sql import functions as F
 from brokerlens.gold.holes.settings import AlertSettings
 
 from .persistence import KEY, LONG_ARRAY, METADATA_STORE, RANGES, SNAPSHOT_KEY, with_persistence
-from .ranges import parse_ranges, range_stats
+from .ranges import with_range_stats
 
 # A cursor-ledger entry larger than BookKeeper's nettyMaxFrameSizeBytes fails to be written: Pulsar's
 # default is maxMessageSize (5 MiB) + MESSAGE_SIZE_FRAME_PADDING (10 KiB) (PR #7116).
@@ -48,18 +48,16 @@ MAX_FORECAST_HOURS = 10 * 365 * 24.0
 
 def parsed_snapshots(snapshots: DataFrame, policies: DataFrame, metrics: DataFrame, day: date, alerts: AlertSettings) -> DataFrame:
     """The day's cursor_snapshots with the persistence settings in force (``policies``,
-    ``metrics``: as :func:`~.persistence.with_persistence` takes them) and their ranges split
-    (:func:`~.ranges.parse_ranges`): what :func:`cursor_ranges_frame` reads."""
-    return parse_ranges(with_persistence(snapshots, policies, metrics, day, alerts))
+    ``metrics``: as :func:`~.persistence.with_persistence` takes them) and the stats of their
+    ranges (:func:`~.ranges.with_range_stats`): what :func:`cursor_ranges_frame` reads."""
+    return with_range_stats(with_persistence(snapshots, policies, metrics, day, alerts))
 
 
 def cursor_ranges_frame(parsed: DataFrame) -> tuple[DataFrame, DataFrame]:
     """(cursor_ranges rows without growth, malformed snapshots) for :func:`parsed_snapshots`'
-    rows. Each row is joined with its ranges' stats, so ``parsed`` is read twice: a caller that
-    has not persisted it computes it, range parsing and configuration joins included, twice."""
-    stats = range_stats(parsed)
-    has_string = F.col("range_list").isNotNull()
-    joined = parsed.join(stats, SNAPSHOT_KEY, "left").withColumn(
+    rows; both read ``parsed`` (a caller that has not persisted it computes it twice)."""
+    has_string = F.col("individually_deleted_messages").isNotNull()
+    joined = parsed.withColumn(
         "ranges_malformed",
         has_string & (~F.col("outline_ok") | (F.coalesce(F.col("bad_ranges"), F.lit(0)) > 0)),
     )
