@@ -8,8 +8,8 @@ the executors: no row per range, no shuffle or sort of the ranges.
 
 What each figure is, as that function computes it:
 
-* the string is well formed (``outline_ok``) when, white space deleted (Java's six ``\s``
-  characters; Pulsar 1.x's two-dot leader U+2025 read as ``..`` and its trailing ``, ]`` as
+* the string is well formed (``outline_ok``) when, white space deleted (the six characters of
+  Java's ``\\s``; Pulsar 1.x's two-dot leader U+2025 read as ``..`` and its trailing ``, ]`` as
   ``]``), it is exactly ``[``, the ranges found in it (:data:`RANGE`) joined by commas, and ``]``:
   not a backtracking pattern over the whole string (counting the commas left once the ranges are
   removed would pass ``[(1:1..1:2](1:3..1:4],,(1:5..1:6]]``);
