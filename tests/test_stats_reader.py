@@ -79,6 +79,20 @@ TAKEN = {
     + envelope('{"msgRateIn": 2.0}', topic="persistent://t/ns/y-partition-3")
     + "]",
     "unloaded.json": envelope(json.dumps({"subscriptions": {"s": subscription(type="None")}})),
+    # The consumers' messages per entry: over the figures of at least 1, whole or not, in order.
+    "per-entry.json": envelope(
+        json.dumps(
+            {
+                "subscriptions": {
+                    "mixed": subscription(
+                        consumers=[{"avgMessagesPerEntry": 0}, {"avgMessagesPerEntry": 1.5}, {"avgMessagesPerEntry": 3}, {"avgMessagesPerEntry": None}, {}]
+                    ),
+                    "new": subscription(consumers=[{"avgMessagesPerEntry": 0.0}]),
+                    "thirds": subscription(consumers=[{"avgMessagesPerEntry": 0.1 + 0.2 + 1}, {"avgMessagesPerEntry": 7}, {"avgMessagesPerEntry": 1e300}]),
+                }
+            }
+        )
+    ),
     "random-numbers.json": random_numbers(),
     "partitioned.json": envelope(
         json.dumps(
@@ -100,6 +114,7 @@ TAKEN = {
 # reader does not (a number written as a string, -0.0, a timestamp in epoch seconds).
 LEFT = {
     "number-as-string.json": envelope('{"subscriptions": {"s": {"type": "Shared", "msgBacklog": "12"}}}'),
+    "per-entry-as-text.json": envelope(json.dumps({"subscriptions": {"s": subscription(consumers=[{"avgMessagesPerEntry": "2.5"}])}})),
     "negative-zero.json": envelope('{"msgRateIn": -0.0}'),
     "negative-counter.json": envelope('{"msgInCounter": -1}'),
     "unknown-type.json": envelope(json.dumps({"subscriptions": {"s": subscription(type="Broadcast")}})),
@@ -182,6 +197,8 @@ def test_the_reader_gives_the_general_parsers_rows_and_leaves_it_every_problem(s
     )
     assert json.loads(s["subscription_json"])["nested"] == {"a": [1, 2.0, -3.5e10, "x", None, False]}
     assert json.loads(s["publishers_json"]) == [{"producerName": 'p\u00e9\t"q"', "msgRateIn": 2.5}]
+    per_entry = {r["subscription"]: r["consumers_msgs_per_entry"] for r in both.where("source_file LIKE '%/per-entry.json'").collect()}
+    assert per_entry == {"mixed": 2.25, "new": None, "thirds": (0.1 + 0.2 + 1 + 7 + 1e300) / 3}
     partitions = both.where("source_file LIKE '%/partitioned.json'").orderBy("topic").collect()
     assert [(r["topic"], r["partitioned_topic"], r["topic_msg_rate_in"], r["msg_out_counter"]) for r in partitions] == [
         (f"persistent://t/ns/p-partition-{i}", "persistent://t/ns/p", float(i), i) for i in range(2)

@@ -80,7 +80,12 @@ final case class StatsField(key: String, kind: String, counter: Boolean, allowed
   }
 }
 
-final case class StatsSpec(children: String, topic: Seq[StatsField], child: Seq[StatsField], verbatim: Seq[String], childJson: Boolean) {
+/** The mean of a child's array of objects' numeric ``field`` over the values at least ``min``
+ * (topic stats: the consumers' ``avgMessagesPerEntry``, silver's messages per entry). */
+final case class ChildMean(array: String, field: String, min: Double)
+
+final case class StatsSpec(children: String, topic: Seq[StatsField], child: Seq[StatsField], verbatim: Seq[String], childJson: Boolean,
+    childMean: Option[ChildMean]) {
   private def struct(fields: Seq[StatsField]) = StructType(fields.map(f => StructField(f.key, f.outputType)))
 
   val rowType: StructType = StructType(
@@ -97,7 +102,8 @@ final case class StatsSpec(children: String, topic: Seq[StatsField], child: Seq[
       StructField("texts", StructType(verbatim.map(StructField(_, StringType)))),
       StructField("child", StringType),
       StructField("child_stats", struct(child)),
-      StructField("child_json", StringType)))
+      StructField("child_json", StringType),
+      StructField("child_mean", DoubleType)))
 }
 
 object StatsSpec {
@@ -109,8 +115,9 @@ object StatsSpec {
       StatsField(f.get("key").asText, f.get("type").asText, Option(f.get("counter")).exists(_.asBoolean), allowed,
         text("pattern").map(p => Pattern.compile(p)), text("required_unless_prefix"))
     }
+    val mean = Option(node.get("child_mean")).filterNot(_.isNull).map(m => ChildMean(m.get("array").asText, m.get("field").asText, m.get("min").asDouble))
     StatsSpec(node.get("children").asText, fields("topic"), fields("child"), node.get("verbatim").elements().asScala.map(_.asText).toSeq,
-      Option(node.get("child_json")).forall(_.asBoolean))
+      Option(node.get("child_json")).forall(_.asBoolean), mean)
   }
 }
 
@@ -203,15 +210,16 @@ case class StatsEnvelopeRows(args: Seq[Expression], timeZoneId: Option[String] =
     val topicStats = typed(stats, spec.topic, topic).getOrElse(return false)
     val texts = new GenericInternalRow(spec.verbatim.length)
     for ((key, i) <- spec.verbatim.zipWithIndex) texts.update(i, text(stats.get(key)))
-    def row(child: UTF8String, childStats: InternalRow, childJson: UTF8String): InternalRow =
-      new GenericInternalRow(head ++ Array[Any](UTF8String.fromString(topic), partitionedTopic, topicStats, texts, child, childStats, childJson))
+    def row(child: UTF8String, childStats: InternalRow, childJson: UTF8String, childMean: Any): InternalRow =
+      new GenericInternalRow(head ++ Array[Any](UTF8String.fromString(topic), partitionedTopic, topicStats, texts, child, childStats, childJson, childMean))
     stats.get(spec.children) match {
-      case c if c == null || c.isNull || (c.isObject && c.size == 0) => out += row(null, null, null)
+      case c if c == null || c.isNull || (c.isObject && c.size == 0) => out += row(null, null, null, null)
       case children if children.isObject =>
         for (c <- children.properties().asScala) {
           if (!c.getValue.isObject) return false
           val childStats = typed(c.getValue, spec.child, topic).getOrElse(return false)
-          out += row(UTF8String.fromString(c.getKey), childStats, if (spec.childJson) text(c.getValue) else null)
+          val childMean = spec.childMean.map(m => mean(c.getValue, m).getOrElse(return false)).orNull
+          out += row(UTF8String.fromString(c.getKey), childStats, if (spec.childJson) text(c.getValue) else null, childMean)
         }
       case _ => return false
     }
@@ -251,6 +259,33 @@ case class StatsEnvelopeRows(args: Seq[Expression], timeZoneId: Option[String] =
       i += 1
     }
     Some(row)
+  }
+
+  /** ``m``'s mean over ``child`` as Spark's ``from_json`` of the child's text to
+   * ``struct<array: array<struct<field: double>>>`` and an ``aggregate`` in array order give it
+   * (null without a value at least ``min``: Some(null)); None where a value is no number, which
+   * that parse may read otherwise (the general parser's file then). */
+  private def mean(child: JsonNode, m: ChildMean): Option[Any] = child.get(m.array) match {
+    case null => Some(null)
+    case a if a.isNull => Some(null)
+    case a if a.isArray =>
+      var total = 0.0
+      var known = 0
+      for (element <- a.elements().asScala) {
+        val value = element match {
+          case o if o.isObject => o.get(m.field)
+          case _ => return None
+        }
+        value match {
+          case null =>
+          case v if v.isNull =>
+          case v @ (_: IntNode | _: LongNode | _: DoubleNode) =>
+            if (v.doubleValue >= m.min) { total += v.doubleValue; known += 1 }
+          case _ => return None
+        }
+      }
+      Some(if (known > 0) total / known else null)
+    case _ => None
   }
 
   /** An array of objects whose ``members`` are absent, null or whole numbers written as such, as

@@ -264,6 +264,7 @@ def read_stats(
     verbatim: tuple[str, ...] = (),
     child_checks: dict[str, ChildCheck] | None = None,
     child_json: bool = True,
+    child_mean: ChildMean | None = None,
 ) -> StatsRead:
     """The records (whole files) read in one pass by brokerlens' stats reader
     (``StatsEnvelopeRows.scala``), its output persisted on disk (one Spark job, here): its rows,
@@ -272,7 +273,9 @@ def read_stats(
 
     ``child_checks``: by child field, what the kind's ``extra_child_problems`` check besides the
     fields' own (the reader leaves a file where one fails); ``child_json``: whether the rows
-    carry each child's text (``child_json`` is null otherwise, for a kind whose rows do not keep it).
+    carry each child's text (``child_json`` is null otherwise, for a kind whose rows do not keep it);
+    ``child_mean``: a mean over each child's array the rows carry (``child_mean``), computed in
+    the same pass (the reader leaves a file where a value is no number).
 
     The reader takes only files in which :func:`explode_children` finds no problem, and gives
     its rows exactly; envelopes are not checked for copies (:func:`has_copies` tells). Through
@@ -285,6 +288,7 @@ def read_stats(
         "child": [_field_spec(f, (child_checks or {}).get(f.key)) for f in child_fields],
         "verbatim": list(verbatim),
         "child_json": child_json,
+        "child_mean": child_mean._asdict() if child_mean else None,
     }
     start, end = day_bounds(day)
     read = F.call_function(STATS_ROWS_FUNCTION, F.col("raw"), F.lit(json.dumps(spec)), F.lit(start), F.lit(end))
@@ -307,8 +311,17 @@ def read_stats(
         r["texts"].alias("_text"),
         r["child_stats"].alias("_cs"),
         r["child_json"].alias("child_json"),
+        r["child_mean"].alias("child_mean"),
     )
     return StatsRead(rows, left, scanned)
+
+
+class ChildMean(NamedTuple):
+    """The mean of a child's ``array`` of objects' ``field`` over the values at least ``min``."""
+
+    array: str
+    field: str
+    min: float
 
 
 class ChildCheck(NamedTuple):

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from datetime import date
 
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from .checks import Field
-from .envelope import ENVELOPE, StatsRead, explode_children, read_stats
+from .envelope import ENVELOPE, ChildMean, StatsRead, explode_children, read_stats
 
 KIND = "topic-stats"
 TABLE = "bronze_topic_stats"
@@ -67,21 +67,46 @@ def subscription_column(ss: F.Column, f: Field) -> F.Column:
     return ss[f.key].alias(f.name)
 
 
+# The mean of the consumers' avgMessagesPerEntry at least 1 (consumers_msgs_per_entry).
+MSGS_PER_ENTRY = ChildMean("consumers", "avgMessagesPerEntry", 1.0)
+
+
+def consumers_msgs_per_entry(subscription_json: Column) -> Column:
+    """The mean of the subscription's consumers' ``avgMessagesPerEntry`` (null without one >= 1),
+    from its text.
+
+    Pulsar's Consumer keeps it as a moving average of the messages per entry it dispatched (a new
+    consumer reports 0). The dispatchers size reads in entries from the message permits left
+    (``messagesToRead``), so with batching the entries, not the messages, are what the limiter
+    bounds: without them a batched overshoot cannot be told from any other. brokerlens' stats
+    reader computes the same from the file's parse (:data:`MSGS_PER_ENTRY`)."""
+    m = MSGS_PER_ENTRY
+    consumers = F.from_json(subscription_json, f"struct<{m.array}: array<struct<{m.field}: double>>>")
+    # One pass, one higher-order function: Spark evaluates those without generated code, and a
+    # filtered array used three times (sum and two sizes) was filtered three times per row.
+    return F.aggregate(
+        consumers[m.array][m.field],
+        F.struct(F.lit(0.0).alias("total"), F.lit(0).alias("known")),
+        lambda acc, v: F.when(v >= m.min, F.struct((acc["total"] + v).alias("total"), (acc["known"] + 1).alias("known"))).otherwise(acc),
+        lambda acc: F.when(acc["known"] > 0, acc["total"] / acc["known"]),
+    )
+
+
 def parse(records: DataFrame, day: date, duplicates: bool = True) -> DataFrame:
     rows = explode_children(records, day, TOPIC, "subscriptions", SUBSCRIPTION, "subscription", verbatim=("publishers",), duplicates=duplicates)
-    return _bronze(rows, day, count)
+    return _bronze(rows, day, count, consumers_msgs_per_entry(F.col("child_json")))
 
 
 def read(records: DataFrame, day: date) -> StatsRead:
     """The files brokerlens' stats reader takes, as :func:`parse` would give them (without the
     duplicate check), and those it leaves to :func:`parse`."""
-    taken = read_stats(records, day, TOPIC, "subscriptions", SUBSCRIPTION, verbatim=("publishers",))
-    return taken._replace(rows=_bronze(taken.rows, day, lambda counted: counted))
+    taken = read_stats(records, day, TOPIC, "subscriptions", SUBSCRIPTION, verbatim=("publishers",), child_mean=MSGS_PER_ENTRY)
+    return taken._replace(rows=_bronze(taken.rows, day, lambda counted: counted, F.col("child_mean")))
 
 
-def _bronze(rows: DataFrame, day: date, size) -> DataFrame:
+def _bronze(rows: DataFrame, day: date, size, msgs_per_entry: Column) -> DataFrame:
     """The bronze columns of :func:`~.envelope.explode_children`'s rows; ``size``: a container
-    field's count from its column in ``_ts``/``_cs``."""
+    field's count from its column in ``_ts``/``_cs``; ``msgs_per_entry``: the consumers' mean."""
     ts, ss = F.col("_ts"), F.col("_cs")
     return rows.select(
         F.lit(day).alias("day"),
@@ -96,6 +121,7 @@ def _bronze(rows: DataFrame, day: date, size) -> DataFrame:
         F.col("child").alias("subscription"),
         *[subscription_column(ss, f) for f in SUBSCRIPTION if f.key != "consumers"],
         size(ss["consumers"]).alias("consumers"),
+        msgs_per_entry.alias("consumers_msgs_per_entry"),
         F.col("child_json").alias("subscription_json"),
         "source_file",
         "line",

@@ -9,6 +9,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from brokerlens.land.metrics import BYTES_OUT_COUNTER, MSG_OUT_COUNTER
+from brokerlens.land.topic_stats import consumers_msgs_per_entry
 
 from .topics import metric_topic
 
@@ -47,30 +48,15 @@ def period_intervals(dispatch: DataFrame) -> DataFrame:
     )
 
 
-def consumers_msgs_per_entry(subscription_json: Column) -> Column:
-    """The mean of the subscription's consumers' ``avgMessagesPerEntry`` (null without one >= 1).
-
-    Pulsar's Consumer keeps it as a moving average of the messages per entry it dispatched (a new
-    consumer reports 0). The dispatchers size reads in entries from the message permits left
-    (``messagesToRead``), so with batching the entries, not the messages, are what the limiter
-    bounds: without them a batched overshoot cannot be told from any other."""
-    consumers = F.from_json(subscription_json, "struct<consumers: array<struct<avgMessagesPerEntry: double>>>")
-    # One pass, one higher-order function: Spark evaluates those without generated code, and a
-    # filtered array used three times (sum and two sizes) was filtered three times per row.
-    return F.aggregate(
-        consumers["consumers"]["avgMessagesPerEntry"],
-        F.struct(F.lit(0.0).alias("total"), F.lit(0).alias("known")),
-        lambda acc, v: F.when(v >= 1, F.struct((acc["total"] + v).alias("total"), (acc["known"] + 1).alias("known"))).otherwise(acc),
-        lambda acc: F.when(acc["known"] > 0, acc["total"] / acc["known"]),
-    )
-
-
 def with_msgs_per_entry(topic_stats: DataFrame) -> DataFrame:
-    """Bronze topic stats with ``msgs_per_entry`` (``consumers_msgs_per_entry``) in place of the
-    verbatim JSON columns: the subscription's JSON is the bulk of a row, and parsing it is most of
-    what building silver from topic stats costs, so it is parsed once, before the row is used twice
-    (subscription and topic level) and kept for the other silver tables."""
-    return topic_stats.withColumn("msgs_per_entry", consumers_msgs_per_entry(F.col("subscription_json"))).drop("subscription_json", "publishers_json")
+    """Bronze topic stats with ``msgs_per_entry`` (land's ``consumers_msgs_per_entry``) in place of
+    the verbatim JSON columns, which are the bulk of a row. A row landed before bronze had that
+    column (null there) gets it from its subscription's JSON, as land computes it; so does a row
+    whose consumers have no figure of at least 1, which a parse finds null again."""
+    landed = F.col("consumers_msgs_per_entry")
+    unknown = landed.isNull() & ~F.coalesce(F.col("consumers") == 0, F.lit(False))
+    per_entry = F.when(unknown, consumers_msgs_per_entry(F.col("subscription_json"))).otherwise(landed)
+    return topic_stats.withColumn("msgs_per_entry", per_entry).drop("subscription_json", "publishers_json", "consumers_msgs_per_entry")
 
 
 def counter_snapshots(topic_stats: DataFrame) -> DataFrame:
