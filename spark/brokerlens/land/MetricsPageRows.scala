@@ -8,10 +8,7 @@ import scala.collection.mutable
 import scala.collection.mutable.ArrayBuffer
 import scala.jdk.CollectionConverters._
 
-import com.fasterxml.jackson.core.StreamReadFeature
-import com.fasterxml.jackson.core.json.JsonReadFeature
-import com.fasterxml.jackson.databind.{DeserializationFeature, ObjectMapper}
-import com.fasterxml.jackson.databind.json.JsonMapper
+import com.fasterxml.jackson.databind.ObjectMapper
 import com.fasterxml.jackson.databind.node.TextNode
 
 import org.apache.spark.sql.SparkSessionExtensions
@@ -190,7 +187,7 @@ case class MetricsPageRows(args: Seq[Expression]) extends Expression with Codege
 
   /** (collected_at, cluster, broker) of a header whose JSON the general parser finds nothing to say about. */
   private def headerFields(json: String): Option[(Long, UTF8String, UTF8String)] = {
-    val node = try Mapper.readTree(json) catch { case _: Exception => return None }
+    val node = try StatsEnvelopeRows.Mapper.readTree(json) catch { case _: Exception => return None }
     if (node == null || !node.isObject) return None
     val at = node.get("collected_at") match {
       case t: TextNode if Timestamp.matcher(t.textValue).matches() =>
@@ -244,14 +241,6 @@ object MetricsPageRows {
   private val Decimal = Pattern.compile("[+-]?([0-9]+(\\.[0-9]*)?|\\.[0-9]+)([eE][+-]?[0-9]+)?")
   private val EscapedQuote = Pattern.compile("\\\\([\"\\\\])")
   private val EscapedNewline = Pattern.compile("\\\\n")
-
-  private val Mapper: ObjectMapper = JsonMapper
-    .builder()
-    .enable(StreamReadFeature.STRICT_DUPLICATE_DETECTION)
-    .disable(JsonReadFeature.ALLOW_NON_NUMERIC_NUMBERS)
-    .enable(DeserializationFeature.FAIL_ON_TRAILING_TOKENS)
-    .enable(DeserializationFeature.FAIL_ON_READING_DUP_TREE_KEY)
-    .build()
 
   /** metrics.py's ``_value``: Inf, -Inf and NaN by name (any case), else a number. */
   private def number(text: String): Option[Double] = text.toLowerCase(java.util.Locale.ROOT) match {

@@ -335,8 +335,8 @@ object StatsEnvelopeRows {
   private val PartitionSuffix = Pattern.compile("-partition-[0-9]+$")
 
   // Strict JSON: a file the general parser would read differently (a duplicate key, trailing text,
-  // NaN, a single-quoted string) fails here and goes to it.
-  private val Mapper: ObjectMapper = JsonMapper
+  // NaN, a single-quoted string) fails here and goes to it (MetricsPageRows' headers too).
+  private[jvm] val Mapper: ObjectMapper = JsonMapper
     .builder()
     .enable(StreamReadFeature.STRICT_DUPLICATE_DETECTION)
     .disable(JsonReadFeature.ALLOW_NON_NUMERIC_NUMBERS)

@@ -173,7 +173,8 @@ def read(spark: SparkSession, paths: list[Path], day: date, settings: LandSettin
         "ingested_at",
         F.lit(None).cast("struct<reason:string,detail:string>").alias("problem"),
     )
-    left = [path for name, path in by_name.items() if name not in taken] + [path for path in paths if path not in set(whole)]
+    read_whole_paths = set(whole)
+    left = [path for name, path in by_name.items() if name not in taken] + [path for path in paths if path not in read_whole_paths]
     return MetricsRead(rows, left, sum(r["not_landed"] for r in files if not r["left"]), scanned)
 
 
