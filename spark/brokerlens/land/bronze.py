@@ -31,7 +31,7 @@ from brokerlens.platform.tables import WriteResult, read_table, write_table
 from . import dispatch, internal_stats, metrics, policies, producer_stats, topic_stats
 from .checks import mark_duplicates, quarantine_frame
 from .envelope import has_copies
-from .files import read_lines, read_whole
+from .files import by_source_file, read_lines, read_whole
 from .survey import KindFiles, NotRead, survey
 
 PARSERS = (topic_stats, internal_stats, dispatch, producer_stats, policies, metrics)
@@ -160,7 +160,7 @@ def _records_of(spark: SparkSession, paths: list[Path], records: DataFrame, name
     name not be its path's (Spark names a file by its URI, unescaped: files._source_file)."""
     if not names:
         return None
-    by_name = {"/".join(p.parts[-3:]): p for p in paths}
+    by_name = by_source_file(paths)
     if names <= by_name.keys():
         return read_whole(spark, [by_name[n] for n in sorted(names)])
     return records.where(F.col("source_file").isin(*sorted(names)))

@@ -46,6 +46,12 @@ def _source_file(path_col: str) -> F.Column:
     return F.url_decode(F.replace(tail, F.lit("+"), F.lit("%2B")))
 
 
+def by_source_file(paths: list[Path]) -> dict[str, Path]:
+    """``paths`` by the ``source_file`` a reader gives each (``<day>/<kind>/<file>``, as
+    :func:`_source_file` has it), to find a file again by the name on its records."""
+    return {"/".join(p.parts[-3:]): p for p in paths}
+
+
 def read_whole(spark: SparkSession, paths: list[Path]) -> DataFrame:
     """One record per file (stats JSON), all files in one Spark job."""
     if not paths:

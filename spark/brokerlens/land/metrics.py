@@ -55,7 +55,7 @@ from .checks import (
     map_object,
     with_object,
 )
-from .files import Lines, read_whole
+from .files import Lines, by_source_file, read_whole
 
 KIND = "metrics"
 TABLE = "bronze_metrics"
@@ -154,7 +154,7 @@ def read(spark: SparkSession, paths: list[Path], day: date, settings: LandSettin
     except BaseException:
         scanned.unpersist()
         raise
-    by_name = {"/".join(p.parts[-3:]): p for p in whole}
+    by_name = by_source_file(whole)
     if {r["source_file"] for r in files} != by_name.keys():
         # Spark named a file otherwise than by its path (files._source_file): the general parser reads them all.
         scanned.unpersist()
