@@ -27,15 +27,18 @@ def throttle_events(topic_stats: DataFrame) -> DataFrame:
     """
     keys = LEVEL_KEYS["subscription"]
     series = Window.partitionBy(*keys).orderBy("collected_at")
-    subs = topic_stats.where(F.col("subscription").isNotNull())
+    counters = {f"{level}_{unit}": f"dispatch_throttled_{unit}_events_by_{level}_limit" for level in LEVEL_KEYS for unit in ("msg", "bytes")}
+    # Each previous value in a column of its own: used three times below, a lag written inline
+    # would be three window functions.
+    previous = topic_stats.where(F.col("subscription").isNotNull()).select(
+        *keys, *counters.values(), *[F.lag(c).over(series).alias(f"_before_{name}") for name, c in counters.items()]
+    )
     columns = []
-    for level in LEVEL_KEYS:
-        for unit in ("msg", "bytes"):
-            c = F.col(f"dispatch_throttled_{unit}_events_by_{level}_limit")
-            before = F.lag(c).over(series)
-            # First snapshot of the day: no increase seen yet (0); reset: counted from 0.
-            columns.append(F.when(c.isNull(), F.lit(None)).when(before.isNull(), F.lit(0)).when(c >= before, c - before).otherwise(c).alias(f"{level}_{unit}"))
-    deltas = subs.select(*keys, *columns)
+    for name, counter in counters.items():
+        c, before = F.col(counter), F.col(f"_before_{name}")
+        # First snapshot of the day: no increase seen yet (0); reset: counted from 0.
+        columns.append(F.when(c.isNull(), F.lit(None)).when(before.isNull(), F.lit(0)).when(c >= before, c - before).otherwise(c).alias(name))
+    deltas = previous.select(*keys, *columns)
     sums = per_level(
         deltas,
         LEVEL_KEYS,
