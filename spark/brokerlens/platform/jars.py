@@ -57,21 +57,25 @@ JVM_SOURCES = (
     ("brokerlens.land", "StatsEnvelopeRows.scala"),
     ("brokerlens.land", "MetricsPageRows.scala"),
     ("brokerlens.gold.holes", "RangeStats.scala"),
+    ("brokerlens.gold.holes", "GrowthSlopes.scala"),
     ("brokerlens.platform", "ConnectServer.scala"),
     ("brokerlens.platform", "LocalFileSystem.java"),
 )
 # The Spark SQL extensions in them (``spark.sql.extensions``): gold dispatch's scan as a table
-# function, land's stats and /metrics readers and gold holes' range stats as functions.
+# function, land's stats and /metrics readers and gold holes' range stats and growth slopes as
+# functions.
 SQL_EXTENSIONS = (
     "brokerlens.jvm.DispatchScanExtension",
     "brokerlens.jvm.StatsEnvelopeRowsExtension",
     "brokerlens.jvm.MetricsPageRowsExtension",
     "brokerlens.jvm.RangeStatsExtension",
+    "brokerlens.jvm.GrowthSlopesExtension",
 )
 DISPATCH_SCAN_FUNCTION = "brokerlens_dispatch_scan"
 STATS_ROWS_FUNCTION = "brokerlens_stats_rows"
 METRICS_ROWS_FUNCTION = "brokerlens_metrics_rows"
 RANGE_STATS_FUNCTION = "brokerlens_range_stats"
+GROWTH_SLOPES_FUNCTION = "brokerlens_growth_slopes"
 JAVA_RELEASE = "17"
 
 

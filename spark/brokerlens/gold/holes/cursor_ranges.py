@@ -29,10 +29,11 @@ from __future__ import annotations
 
 from datetime import date, datetime, time, timezone
 
-from pyspark.sql import DataFrame, Window
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from brokerlens.gold.holes.settings import AlertSettings
+from brokerlens.platform.jars import GROWTH_SLOPES_FUNCTION
 
 from .persistence import KEY, LONG_ARRAY, METADATA_STORE, RANGES, SNAPSHOT_KEY, with_persistence
 from .ranges import with_range_stats
@@ -147,19 +148,22 @@ def with_growth(today: DataFrame, previous: DataFrame, day: date, alerts: AlertS
     so that the first snapshots of the day have a history."""
     origin = datetime.combine(day, time(), tzinfo=timezone.utc)
     hours = (F.unix_micros("snapshot_at") - F.lit(int(origin.timestamp() * 1_000_000))) / F.lit(3.6e9)
-    history = previous.select(*SNAPSHOT_KEY, "ranges", F.lit(False).alias("is_today"))
-    both = today.withColumn("is_today", F.lit(True)).unionByName(history, allowMissingColumns=True)
-    # Range frames need an integral order key: microseconds; the slope itself is fitted on hours.
-    window_us = int(alerts.growth_window_hours * 3.6e9)
-    window = Window.partitionBy(*KEY).orderBy(F.unix_micros("snapshot_at")).rangeBetween(-window_us, 0)
+    points = today.select(*SNAPSHOT_KEY, "ranges").unionByName(previous.select(*SNAPSHOT_KEY, "ranges"))
+    # Each cursor's frames (its last growth_window_hours at every snapshot) folded in one call, in a
+    # tight loop (GrowthSlopes.scala): a window's range frame re-folds each frame through Spark's
+    # generic aggregate machinery, a cost that grows with the day's snapshots times the window's.
+    # The slope is fitted on hours; frames are bounded in microseconds.
+    point = F.struct(F.unix_micros("snapshot_at").alias("at_us"), hours.alias("x"), F.col("ranges"))
+    window_us = F.lit(int(alerts.growth_window_hours * 3.6e9)).cast("bigint")
+    folded = F.call_function(GROWTH_SLOPES_FUNCTION, F.collect_list(point), window_us)
+    # One row per cursor and instant, joined back to the day's snapshots.
+    slopes = points.groupBy(*KEY).agg(folded.alias("_growth")).select(*KEY, F.inline("_growth"))
     enough = F.col("growth_snapshots") >= alerts.growth_min_snapshots
-    # Both over the window in one select, so one Window operator walks each cursor's frames once.
     grown = (
-        both.withColumn("x", hours)
-        .select("*", F.count("ranges").over(window).cast("int").alias("growth_snapshots"), F.regr_slope("ranges", "x").over(window).alias("slope"))
+        today.withColumn("at_us", F.unix_micros("snapshot_at"))
+        .join(slopes, [*KEY, "at_us"])
         .withColumn("growth_per_hour", F.when(enough, F.col("slope")))
-        .filter("is_today")
-        .drop("slope")
+        .drop("slope", "at_us")
     )
     hours_to_cap = F.when(F.col("ranges") >= F.col("cap"), F.lit(0.0)).when(
         F.col("growth_per_hour") > 0, (F.col("cap") - F.col("ranges")) / F.col("growth_per_hour")
@@ -168,4 +172,4 @@ def with_growth(today: DataFrame, previous: DataFrame, day: date, alerts: AlertS
         F.col("hours_to_cap") <= MAX_FORECAST_HOURS,
         F.timestamp_micros(F.unix_micros("snapshot_at") + (F.col("hours_to_cap") * 3.6e9).cast("bigint")),
     )
-    return grown.withColumn("hours_to_cap", hours_to_cap).withColumn("forecast_cap_at", forecast_at).drop("x", "is_today")
+    return grown.withColumn("hours_to_cap", hours_to_cap).withColumn("forecast_cap_at", forecast_at)
