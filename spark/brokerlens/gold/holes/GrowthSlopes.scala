@@ -20,7 +20,7 @@ import org.apache.spark.sql.types._
  * For each distinct `at_us` of the cursor's snapshots: how many have non-null `ranges` in
  * `[at_us - window_us, at_us]`, and `regr_slope(ranges, x)` over them. The same figures, bit for
  * bit, as that aggregate over a range frame of a window ordered by `at_us`: Spark folds a sliding
- * frame anew from its first row whenever its first row changes, and so does this, in time order,
+ * frame anew from its first row whenever the frame changes, and so does this, in time order,
  * with `regr_slope`'s own online updates (`covar_pop`'s and `var_pop`'s) and its `ck / m2`. What
  * it saves is Spark's generic machinery around each step (a row copied into the frame's buffer,
  * the aggregate's buffer updated through projections): a frame of a full day's 6 hours holds up
