@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+from contextlib import ExitStack
 from datetime import date
 from functools import partial
 
@@ -28,7 +29,7 @@ from brokerlens.platform.tables import read_table, write_table
 
 from .cursors import CURSOR_RANGES_METRICS, cursor_snapshots
 from .intervals import OUT_COUNTERS, dispatch_intervals, with_msgs_per_entry
-from .limits import rate_limits
+from .limits import rate_limits, scopes_seen
 from .producers import producer_snapshots
 
 
@@ -38,15 +39,18 @@ def build_silver(spark: SparkSession, day: date, settings: PlatformSettings) -> 
     def bronze(name: str) -> DataFrame:
         return read_table(name, spark=spark, settings=settings).where(F.col("day") == F.lit(day))
 
-    with persisted(with_msgs_per_entry(bronze("bronze_topic_stats"))) as topic_stats, persisted(bronze("bronze_dispatch")) as dispatch:
+    with ExitStack() as kept:  # persisted for the block, unpersisted however it ends
+        topic_stats = kept.enter_context(persisted(with_msgs_per_entry(bronze("bronze_topic_stats"))))
+        dispatch = kept.enter_context(persisted(bronze("bronze_dispatch")))
         internal = bronze("bronze_internal_stats")
+        seen = kept.enter_context(persisted(scopes_seen(topic_stats, internal, dispatch)))
         metrics = bronze("bronze_metrics").where(F.col("metric").isin(*OUT_COUNTERS, *CURSOR_RANGES_METRICS))
         policies = read_table("bronze_policies", spark=spark, settings=settings).where(F.col("day") <= F.lit(day))
         tables = {
             "dispatch_intervals": dispatch_intervals(dispatch, topic_stats, metrics),
             "cursor_snapshots": cursor_snapshots(internal, topic_stats, metrics),
             "producer_snapshots": producer_snapshots(bronze("bronze_producer_stats")),
-            "rate_limits": rate_limits(policies, topic_stats, internal, dispatch, day),
+            "rate_limits": rate_limits(policies, seen, day),
         }
         # Scrape intervals and snapshots are dated by their own start; only the day's rows here.
         calls = [

@@ -90,17 +90,23 @@ def broker_key_intervals(records: DataFrame, brokers: DataFrame) -> DataFrame:
     return _validity(specific.unionByName(wide.select(*specific.columns)), ["cluster", "broker", "key"])
 
 
-def limit_targets(topic_stats: DataFrame, internal: DataFrame, dispatch: DataFrame, records: DataFrame) -> tuple[DataFrame, DataFrame]:
-    """(topic partitions seen that day with their broker, brokers seen that day)."""
-    seen = (
+def scopes_seen(topic_stats: DataFrame, internal: DataFrame, dispatch: DataFrame) -> DataFrame:
+    """(cluster, broker, topic) of every topic partition and broker seen that day (topic null for
+    a broker's own dispatch rows): a few thousand rows, which ``rate_limits`` reads several times
+    (its caller keeps them, instead of each use scanning the day's stats again)."""
+    return (
         topic_stats.select("cluster", "broker", "topic")
         .unionByName(internal.select("cluster", "broker", "topic"))
-        .unionByName(dispatch.where(F.col("topic").isNotNull()).select("cluster", "broker", "topic"))
+        .unionByName(dispatch.select("cluster", "broker", "topic"))
+        .distinct()
     )
-    partitions = seen.groupBy("cluster", "topic").agg(F.max("broker").alias("broker"))
+
+
+def limit_targets(seen: DataFrame, records: DataFrame) -> tuple[DataFrame, DataFrame]:
+    """(topic partitions seen that day with their broker, brokers seen that day)."""
+    partitions = seen.where(F.col("topic").isNotNull()).groupBy("cluster", "topic").agg(F.max("broker").alias("broker"))
     brokers = (
         seen.select("cluster", "broker")
-        .unionByName(dispatch.select("cluster", "broker"))
         .unionByName(records.where((F.col("kind") == "broker-config") & (F.col("day") == F.col("_day"))).select("cluster", "broker"))
         .where(F.col("broker").isNotNull())
         .distinct()
@@ -108,12 +114,14 @@ def limit_targets(topic_stats: DataFrame, internal: DataFrame, dispatch: DataFra
     return partitions, brokers
 
 
-def rate_limits(policies: DataFrame, topic_stats: DataFrame, internal: DataFrame, dispatch: DataFrame, day: date) -> DataFrame:
+def rate_limits(policies: DataFrame, seen: DataFrame, day: date) -> DataFrame:
+    """``rate_limits`` rows of ``day`` from ``bronze_policies`` up to it, for the topic partitions
+    and brokers of ``seen`` (:func:`scopes_seen`)."""
     spark = policies.sparkSession
     start = datetime.combine(day, datetime.min.time(), tzinfo=timezone.utc)
     end = start + timedelta(days=1)
     records = latest_records(policies, day).withColumn("_day", F.lit(day))
-    partitions, brokers = limit_targets(topic_stats, internal, dispatch, records)
+    partitions, brokers = limit_targets(seen, records)
     rates = policy_intervals(records).where((F.col("valid_to") > F.lit(start)) & (F.col("valid_from") < F.lit(end)))
     keys = broker_key_intervals(records, brokers).where((F.col("valid_to") > F.lit(start)) & (F.col("valid_from") < F.lit(end)))
 
