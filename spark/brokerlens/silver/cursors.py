@@ -131,7 +131,10 @@ def cursor_snapshots(internal: DataFrame, topic_stats: DataFrame, metrics: DataF
         F.coalesce("internal_file", "stats_file").alias("source_file"),
     )
     # Metrics only for subscriptions that no stats snapshot covers: they are the coarser source.
-    from_metrics = metric_cursors(metrics).join(stats_rows.select(*key).distinct(), key, "left_anti")
+    # Every cursor and every stats subscription is a row above, paired or not: their keys are
+    # those rows' keys, without the pairing planned and run again for them.
+    covered = cursors.select(*key).unionByName(subs.select(*key)).distinct()
+    from_metrics = metric_cursors(metrics).join(covered, key, "left_anti")
     from_metrics = from_metrics.select(
         F.to_date("snapshot_at").alias("day"),
         "*",
