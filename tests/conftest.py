@@ -67,13 +67,6 @@ def pytest_collection_modifyitems(config, items):
         items.sort(key=unit_order)  # stable: each file's tests stay in their order
 
 
-# The tests' session collects with the parallel collector, not G1: its hundreds of stages make
-# short-lived garbage, which G1's concurrent work and write barriers cost more CPU for (make
-# test-fast: 162 and 170 s of CPU against 178 and 181 s, alternated, 2026-12-05, 2 cores). A
-# short JVM shows no difference (docs/benchmarks.md), so brokerlens' own keep the JVM's default.
-PARALLEL_GC = "-XX:+UseParallelGC"
-
-
 @pytest.fixture(scope="session")
 def spark():
     from brokerlens.platform.spark import get_spark
@@ -88,7 +81,7 @@ def spark():
     # The JVM starts under a zone half an hour off UTC, as a brokerlens JVM may on an operator's
     # machine, and must be in UTC all the same (test_timezones builds its day in it).
     with mock.patch.dict(os.environ, TZ="Asia/Kolkata"):
-        session = get_spark(Settings(spark={"shuffle_partitions": 2, "driver_memory": "3g", "driver_java_options": PARALLEL_GC, "conf": connect}))
+        session = get_spark(Settings(spark={"shuffle_partitions": 2, "driver_memory": "3g", "conf": connect}))
     # The C library keeps the zone it first read: had that been while TZ said Kolkata (the
     # session's first log line), this process's local time, by which PySpark turns timestamps
     # into datetimes, would stay Kolkata's (test_land run alone failed so).
