@@ -3,6 +3,8 @@ version or config, Pulsar's own throttle counters, and starved empty periods."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 
 from brokerlens.gold.dispatch.daily import dispatch_daily
@@ -304,3 +306,23 @@ def test_starved_counts_empty_periods_with_backlog(spark):
         limits_df = frame(spark, "rate_limits", limits)
         daily = dispatch_daily(periods, None, closing_debt(periods, limits_df, None, D1), D1)
         assert {r["subscription"]: r["periods_starved"] for r in daily.collect()} == expected
+
+
+@pytest.mark.slow
+def test_starved_empty_periods_of_the_opening_debt_up_to_midnight_and_of_a_topic(spark):
+    """Classic, 10/s, on one topic partition. s1 owes 35 at midnight and sends next at second 5:
+    seconds 0 to 2 allow 0 (35, 25, 15 owed) with backlog, 3 periods on that record. s2 sends 50
+    at 86397 s: 40 owed, 4 periods at 0 but only 2 before midnight, its backlog from 86000 s. The
+    topic sends 30 at second 0 and 1 at 10: 2 periods at 0, its backlog the sum of s1's and s2's
+    (100 + 0 at -5 s, before midnight)."""
+    t = partition("orders", 0)
+    intervals = [interval("subscription", 5, 0, topic=t, subscription="s1"), interval("subscription", 86397, 50, topic=t, subscription="s2")]
+    intervals += [interval("topic", 0, 30, topic=t), interval("topic", 10, 1, topic=t)]
+    opening = [{"day": D1 - timedelta(days=1), "level": "subscription", "cluster": "c1", "broker": BROKER, "topic": t,
+                "subscription": "s1", "debt_msgs": 35, "debt_bytes": 0}]  # fmt: skip
+    backlog = backlog_rows(spark, [("s1", -5, 100), ("s2", -5, 0), ("s2", 86000, 7)])
+    periods = dispatch_periods(frame(spark, "dispatch_intervals", intervals),
+                               frame(spark, "rate_limits", [limit("subscription", 10, topic=t), limit("topic", 10, topic=t)]),
+                               frame(spark, "debt_state", opening), models_frame(spark, {BROKER: CLASSIC}), backlog)  # fmt: skip
+    got = {(r["level"], r["subscription"], offset(r)): r["starved_empty_periods"] for r in periods.collect()}
+    assert got == {("subscription", "s1", 5): 3, ("subscription", "s2", 86397): 2, ("topic", None, 0): 2, ("topic", None, 10): 0}

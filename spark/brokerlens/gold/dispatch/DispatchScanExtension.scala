@@ -12,15 +12,21 @@ import org.apache.spark.sql.catalyst.expressions.{
 import org.apache.spark.sql.catalyst.plans.logical.{LogicalPlan, UnaryNode}
 import org.apache.spark.sql.catalyst.plans.physical.{ClusteredDistribution, Distribution, Partitioning}
 import org.apache.spark.sql.execution.{InputRDDCodegen, SparkPlan, SparkStrategy, UnaryExecNode}
-import org.apache.spark.sql.types.{DataType, LongType, StringType}
+import org.apache.spark.sql.internal.SQLConf
+import org.apache.spark.sql.types.{DataType, LongType, StringType, StructType}
 
 /**
  * Gold dispatch's one-pass scan (DispatchScan.java) as a Spark SQL table function, so that any
  * session reaches it through SQL, a Spark Connect one included:
  *
  * {{{
- * SELECT * FROM brokerlens_dispatch_scan(TABLE(rows), 'scope,columns', 'caught_up', 'cursor')
+ * SELECT * FROM brokerlens_dispatch_scan(TABLE(rows), 'scope,columns', 'caught_up', 'cursor',
+ *                                        'backlog', 'scrape', 'token-bucket')
  * }}}
+ *
+ * (the constants are DispatchScan.layout's: the cursor state not charged, the markers' sources,
+ * the counter rows' grain and the limiter model judged as a bucket; without the last three, no
+ * starved empty periods are counted).
  *
  * The physical operator asks the planner for each scope's rows in one partition, in
  * (scope, t0_us, is_record) order, so the exchange and the sort are Spark's own and adaptive
@@ -37,8 +43,7 @@ class DispatchScanExtension extends (SparkSessionExtensions => Unit) {
 
 case class DispatchScanNode(
     scope: Seq[String],
-    caughtUp: String,
-    cursorSource: String,
+    constants: Seq[String],
     added: Seq[Attribute],
     child: LogicalPlan)
     extends UnaryNode {
@@ -51,22 +56,31 @@ case class DispatchScanNode(
 
 object DispatchScanNode {
   val Name = "brokerlens_dispatch_scan"
-  private val Usage = s"$Name(TABLE(rows), 'scope columns, comma-separated', 'caught-up cursor state', 'cursor source')"
+  private val Usage = s"$Name(TABLE(rows), 'scope columns, comma-separated', 'caught-up cursor state', " +
+    "'cursor source'[, 'backlog source', 'scrape grain', 'token bucket model'])"
 
   /** The function's plan; its added columns get their attribute ids here, once. */
   def build(args: Seq[Expression]): LogicalPlan = args match {
-    case Seq(rows: FunctionTableSubqueryArgumentExpression, Literal(scope, StringType), Literal(caughtUp, StringType),
-          Literal(cursorSource, StringType)) if scope != null && caughtUp != null && cursorSource != null =>
+    case (rows: FunctionTableSubqueryArgumentExpression) +: strings
+        if (strings.size == 3 || strings.size == 6) && strings.forall { case Literal(v, StringType) => v != null; case _ => false } =>
+      val values = strings.map(_.asInstanceOf[Literal].value.toString)
       val added = DispatchScan.OUTPUTS.toSeq.map(name => AttributeReference(name, outputType(name))())
-      DispatchScanNode(scope.toString.split(",").toSeq, caughtUp.toString, cursorSource.toString, added, rows.plan)
+      DispatchScanNode(values.head.split(",").toSeq, values.tail, added, rows.plan)
     case _ => throw new IllegalArgumentException(s"$Usage, not $Name(${args.mkString(", ")})")
+  }
+
+  /** The scan's column positions in `in`, checked; midnight in the session's time zone. */
+  def layout(in: StructType, scope: Seq[String], constants: Seq[String]): DispatchScan.Layout = {
+    val Seq(caughtUp, cursorSource, backlogSource, scrapeGrain, tokenBucket) = constants.padTo(5, null)
+    DispatchScan.layout(in, scope.asJava, caughtUp, cursorSource, backlogSource, scrapeGrain, tokenBucket,
+      SQLConf.get.sessionLocalTimeZone)
   }
 
   private def outputType(name: String): DataType = if (name == DispatchScan.OUTPUTS(0)) StringType else LongType
 
   /** A missing or mistyped input column, named when the query is analysed rather than run. */
   def check(plan: LogicalPlan): Unit = plan.foreach {
-    case node: DispatchScanNode => DispatchScan.layout(node.child.schema, node.scope.asJava, node.caughtUp, node.cursorSource)
+    case node: DispatchScanNode => layout(node.child.schema, node.scope, node.constants)
     case _ =>
   }
 }
@@ -74,15 +88,14 @@ object DispatchScanNode {
 object DispatchScanStrategy extends SparkStrategy {
   override def apply(plan: LogicalPlan): Seq[SparkPlan] = plan match {
     case node: DispatchScanNode =>
-      DispatchScanExec(node.scope, node.caughtUp, node.cursorSource, node.added, planLater(node.child)) :: Nil
+      DispatchScanExec(node.scope, node.constants, node.added, planLater(node.child)) :: Nil
     case _ => Nil
   }
 }
 
 case class DispatchScanExec(
     scope: Seq[String],
-    caughtUp: String,
-    cursorSource: String,
+    constants: Seq[String],
     added: Seq[Attribute],
     child: SparkPlan)
     extends UnaryExecNode
@@ -111,7 +124,7 @@ case class DispatchScanExec(
   override def canCheckLimitNotReached: Boolean = true
 
   override def inputRDD: RDD[InternalRow] = {
-    val layout = DispatchScan.layout(child.schema, scope.asJava, caughtUp, cursorSource)
+    val layout = DispatchScanNode.layout(child.schema, scope, constants)
     child.execute().mapPartitions(rows => DispatchScan.scan(layout, rows.asJava).asScala)
   }
 

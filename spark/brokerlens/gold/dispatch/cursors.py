@@ -1,22 +1,22 @@
-"""Cursor backlog for dispatch throttling, from silver ``cursor_snapshots``: the stretches with
-backlog per dispatch scope, whether the scope's cursors were caught up (the non-backlog counting
-rule), and the starved empty periods (allowance 0 while there is backlog)."""
+"""Cursor backlog for dispatch throttling, from silver ``cursor_snapshots``: whether each dispatch
+scope had backlog (for the starved empty periods: allowance 0 while there is backlog) and whether
+its cursors were caught up (the non-backlog counting rule), as the marker rows of
+dispatch_periods' one pass."""
 
 from __future__ import annotations
 
-from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from .limits import MEASURES, US, round_half_up
-from .models import broker_credit, judged_as_bucket
 from .scopes import LEVEL_KEYS, SCOPE, per_level
 
 
 def backlog_intervals(snapshots: DataFrame) -> DataFrame:
-    """Stretches with backlog per dispatch scope, from silver ``cursor_snapshots``: (level,
-    cluster, _bk, from_us, to_us), each snapshot with msgBacklog > 0 until the next snapshot of
-    the scope (open-ended for the last). A subscription's own backlog; a topic partition's or a
-    broker's: the sum over its subscriptions at the same collection."""
+    """Whether each dispatch scope had backlog, per snapshot of silver ``cursor_snapshots``:
+    (level, cluster, _bk, from_us, backlogged), each in force until the scope's next snapshot
+    (the last open-ended). A subscription's own backlog; a topic partition's or a broker's: the
+    sum over its subscriptions at the same collection. ``_bk`` is the key a dispatch scope finds
+    it by (``backlog_markers``): below the broker level its topic and subscription, not its broker."""
     summed = per_level(
         snapshots,
         {
@@ -26,23 +26,32 @@ def backlog_intervals(snapshots: DataFrame) -> DataFrame:
         },
         F.sum("msg_backlog").alias("backlog"),
     )
-    # The keys left out of a row's level are null: partitioned by every key, each scope is its own.
-    series = Window.partitionBy("level", "cluster", "topic", "subscription", "broker").orderBy("snapshot_at")
-    return (
-        summed.select(
-            "level",
-            "cluster",
-            _backlog_key().alias("_bk"),
-            F.unix_micros("snapshot_at").alias("from_us"),
-            F.unix_micros(F.lead("snapshot_at").over(series)).alias("to_us"),
-            "backlog",
-        )
-        .where("backlog > 0")
-        .drop("backlog")
+    return summed.select(
+        "level",
+        "cluster",
+        _backlog_key().alias("_bk"),
+        F.unix_micros("snapshot_at").alias("from_us"),
+        F.coalesce(F.col("backlog") > 0, F.lit(False)).alias("backlogged"),
     )
 
 
-CURSOR_SOURCE = "cursor_snapshots"
+def backlog_markers(intervals: DataFrame, backlog: DataFrame) -> DataFrame:
+    """``backlog_intervals`` as zero-length rows of each dispatch scope of ``intervals`` (SCOPE,
+    day, period_start, source, t0_us, is_record, _backlogged), for the one sort and pass of
+    dispatch_periods, which counts the starved empty periods with them (DispatchScan.java)."""
+    scopes = intervals.select(*SCOPE).distinct().withColumn("_bk", _backlog_key())
+    return scopes.join(backlog, ["level", "cluster", "_bk"]).select(
+        *SCOPE,
+        F.to_date(F.timestamp_micros("from_us")).alias("day"),
+        F.timestamp_micros("from_us").alias("period_start"),
+        F.lit(BACKLOG_SOURCE).alias("source"),
+        F.col("from_us").alias("t0_us"),
+        F.lit(False).alias("is_record"),
+        F.col("backlogged").alias("_backlogged"),
+    )
+
+
+CURSOR_SOURCE, BACKLOG_SOURCE = "cursor_snapshots", "cursor_snapshots_backlog"
 CAUGHT_UP, BACKLOGGED, MIXED = "caught-up", "backlogged", "mixed"
 CHARGED, NOT_CHARGED = "charged", "not-charged-caught-up"
 CHARGED_PARTLY, CHARGED_BACKLOG_UNKNOWN = "charged-partly-caught-up", "charged-backlog-unknown"
@@ -94,78 +103,4 @@ def _backlog_key() -> Column:
         F.when(F.col("level") == "subscription", F.concat_ws("\u0000", "topic", "subscription"))
         .when(F.col("level") == "topic", F.col("topic"))
         .otherwise(F.col("broker"))
-    )
-
-
-def with_starved_empty(rows: DataFrame, backlog: DataFrame | None) -> DataFrame:
-    """``starved_empty_periods``: periods without a record whose allowance is 0 because of debt
-    while the scope has backlog (the latest cursor snapshot at or before the period start shows
-    msgBacklog > 0), in the gap after each row up to the next row or midnight. The gap after the
-    opening debt (before the day's first row) is counted on that first row.
-
-    After a row the state x drains by the limit each period: the allowance stays 0 for
-    floor(x / limit) periods (classic) or floor(x / limit) - 1 (token bucket, which also has the
-    refill; a counter row's too, with x net of the broker's credit); messages or bytes, whichever
-    lasts longer. The limit of the row is used for the whole gap. Periods before the first
-    snapshot known are not counted (no backlog known)."""
-    if backlog is None:
-        return rows.withColumn("starved_empty_periods", F.lit(0).cast("long"))
-    p_us = F.col("rate_period_seconds").cast("long") * F.lit(US)
-    t1 = F.col("t0_us") + round_half_up(F.col("interval_seconds") * US)
-    # A bucket's x is its capacity less its tokens, which a counter row's credit adds to.
-    zero = F.greatest(
-        *[
-            F.coalesce(
-                F.when(
-                    judged_as_bucket(),
-                    F.greatest(F.lit(0), F.floor((F.col(f"_x_out_{name}") - broker_credit("out", name)) / F.col(f"{m}_limit")) - 1),
-                ).otherwise(F.floor(F.col(f"_x_out_{name}") / F.col(f"{m}_limit"))),
-                F.lit(0),
-            )
-            for name, m in MEASURES
-        ]
-    )
-    next_t0 = F.col("_next_t0_us")  # from the scan (periods.scan): the scope's next non-cursor row
-    end = F.coalesce(next_t0, F.unix_micros(F.to_timestamp(F.date_add("day", 1))))
-    gaps = (
-        rows.withColumn("_g_from", t1)
-        .withColumn("_g_p", p_us)
-        .withColumn("_g_n", F.least(F.floor((end - F.col("_g_from")) / F.col("_g_p")), zero).cast("long"))
-        # The opening debt's gap belongs to the day's first row.
-        .withColumn("_g_owner", F.when(F.col("is_record"), F.col("t0_us")).otherwise(next_t0))
-        .where("_g_n > 0 AND _g_owner IS NOT NULL")
-        .select(*SCOPE, "_g_owner", "_g_from", "_g_p", "_g_n", _backlog_key().alias("_bk"))
-    )
-    b = backlog.select(
-        F.col("level").alias("b_level"),
-        F.col("cluster").alias("b_cluster"),
-        F.col("_bk").alias("b_bk"),
-        "from_us",
-        "to_us",
-    )
-    g_to = F.col("_g_from") + F.col("_g_n") * F.col("_g_p")
-    joined = gaps.join(
-        b,
-        (F.col("level") == F.col("b_level"))
-        & (F.col("cluster") == F.col("b_cluster"))
-        & (F.col("_bk") == F.col("b_bk"))
-        & (F.col("from_us") < g_to)
-        & (F.col("to_us").isNull() | (F.col("to_us") > F.col("_g_from"))),
-    )
-    lo = F.greatest(F.col("from_us"), F.col("_g_from")) - F.col("_g_from")
-    hi = F.least(F.coalesce(F.col("to_us"), g_to), g_to) - F.col("_g_from")
-
-    # Period starts _g_from + k * p (k >= 0) inside [lo, hi): ceil(hi / p) - ceil(lo / p).
-    def ceil_div(x: Column) -> Column:
-        return F.floor((x + F.col("_g_p") - 1) / F.col("_g_p"))
-
-    counted = joined.groupBy(*SCOPE, "_g_owner").agg(F.sum(ceil_div(hi) - ceil_div(lo)).alias("_starved_empty"))
-    c = counted.select(*[F.col(k).alias(f"c_{k}") for k in SCOPE], "_g_owner", "_starved_empty")
-    cond = F.col("t0_us") == F.col("_g_owner")
-    for k in SCOPE:
-        cond = cond & F.col(k).eqNullSafe(F.col(f"c_{k}"))
-    return (
-        rows.join(c, cond & F.col("is_record"), "left")
-        .withColumn("starved_empty_periods", F.coalesce(F.col("_starved_empty"), F.lit(0)).cast("long"))
-        .drop(*[f"c_{k}" for k in SCOPE], "_g_owner", "_starved_empty")
     )

@@ -17,6 +17,7 @@ from brokerlens.gold.brokers import broker_config_at, version_choices
 # like the classic limiter"; the same change made the factory selectable).
 CLASSIC, TOKEN_BUCKET, TOKEN_BUCKET_PERIODIC = "classic", "token-bucket", "token-bucket-periodic"
 TOKEN_BUCKETS = (TOKEN_BUCKET, TOKEN_BUCKET_PERIODIC)
+SCRAPE = "scrape"  # the grain of a counter row (a snapshot interval): dispatch_intervals.yaml
 FACTORY_KEY = "dispatchRateLimiterFactoryClassName"
 
 
@@ -24,13 +25,13 @@ def judged_as_bucket() -> Column:
     """Rows judged as a bucket of capacity the limit, the recursion's x its capacity less its
     tokens: the token bucket refilled every 16 ms, and every snapshot interval (a counter row,
     ``grain`` scrape), which a limiter's periods do not align with (periods.py)."""
-    return (F.col("limiter_model") == TOKEN_BUCKET) | (F.col("grain") == "scrape")
+    return (F.col("limiter_model") == TOKEN_BUCKET) | (F.col("grain") == SCRAPE)
 
 
 def broker_credit(edge: str, measure: str) -> Column:
     """The scan's credit before (``edge`` in) or after (out) the row: tokens the broker may hold
     beyond a snapshot interval's bucket (periods.py); 0 on a period record."""
-    return F.when(F.col("grain") == "scrape", F.col(f"_credit_{edge}_{measure}")).otherwise(F.lit(0))
+    return F.when(F.col("grain") == SCRAPE, F.col(f"_credit_{edge}_{measure}")).otherwise(F.lit(0))
 
 
 # The model by version, newest first: the periodic refill is in 4.0.4 and 3.3.5 (the first

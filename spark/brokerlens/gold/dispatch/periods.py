@@ -10,6 +10,7 @@ from pyspark.sql import functions as F
 from brokerlens.platform.jars import DISPATCH_SCAN_FUNCTION
 
 from .cursors import (
+    BACKLOG_SOURCE,
     CAUGHT_UP,
     CHARGED,
     CHARGED_BACKLOG_UNKNOWN,
@@ -17,10 +18,10 @@ from .cursors import (
     CURSOR_SOURCE,
     MIXED,
     NOT_CHARGED,
-    with_starved_empty,
+    backlog_markers,
 )
 from .limits import MEASURES, US, limit_timeline, quota_until, round_half_up, with_limit
-from .models import TOKEN_BUCKETS, broker_credit, judged_as_bucket, with_model
+from .models import SCRAPE, TOKEN_BUCKET, TOKEN_BUCKETS, broker_credit, judged_as_bucket, with_model
 from .scopes import SCOPE
 
 
@@ -46,7 +47,8 @@ def dispatch_periods(
     Counting rules (``counting_rules`` via ``models``): with the non-backlog rule off, a row whose
     cursors were caught up at the latest snapshot at or before its start is not charged
     (``charge_rule``); cursor snapshots enter the one sort as zero-length marker rows, like the
-    opening debt, and each row takes the latest state before it.
+    opening debt, and each row takes the latest state before it. The backlog enters the same
+    way, for the starved empty periods the scan counts.
     """
     timeline = limit_timeline(limits)
     records = intervals.select(
@@ -105,7 +107,7 @@ def dispatch_periods(
             )
         )
 
-    rows = with_model(with_limit(rows, timeline, "t0_us", "l_", scrape=F.col("grain") == "scrape"), models)
+    rows = with_model(with_limit(rows, timeline, "t0_us", "l_", scrape=F.col("grain") == SCRAPE), models)
     # Both token buckets are built anew, full, on every rate change; only the one refilled every
     # 16 ms lets a full bucket plus the period's refill through in one period.
     rebuilt = F.col("limiter_model").isin(*TOKEN_BUCKETS)
@@ -145,10 +147,13 @@ def dispatch_periods(
             )
         ],
     )  # fmt: skip
+    if backlog is not None:
+        # The recursion skips them: they need no limit, no model, nothing but their state.
+        rows = rows.unionByName(backlog_markers(intervals, backlog), allowMissingColumns=True)
 
     # The one shuffle: all rows of a scope together, in time order (opening debt first), and
-    # one pass over them (DispatchScan.java): the cursor state, what is counted, and the
-    # recursion's state before and after each row.
+    # one pass over them (DispatchScan.java): the cursor state, what is counted, the
+    # recursion's state before and after each row, and the starved empty periods after it.
     rows = scan(rows)
 
     # AbstractBaseDispatcher charges a delivery only if dispatchThrottlingOnNonBacklogConsumerEnabled
@@ -198,10 +203,8 @@ def dispatch_periods(
             .withColumn(f"quota_{name}", quota)
             .withColumn(f"tokens_out_{name}", F.when(limited & rebuilt, cap - x_out + credit_out))
         )
-    rows = rows.where(F.col("source") != CURSOR_SOURCE)
     out = (
-        rows.transform(lambda r: with_starved_empty(r, backlog))
-        .where("is_record")
+        rows.where("is_record")
         .transform(_over_causes)
         .select(
             "day",
@@ -251,7 +254,8 @@ def scan(rows: DataFrame) -> DataFrame:
     recursion's floor), each holding a scope's day; the scan keeps a few numbers per scope. It is
     a table function of brokerlens' SQL extension (DispatchScanExtension.scala), so a Spark
     Connect session reaches it too; the planner brings each scope's rows together, sorted."""
-    arguments = ", ".join(f"'{value}'" for value in (",".join(SCOPE), CAUGHT_UP, CURSOR_SOURCE))
+    constants = (",".join(SCOPE), CAUGHT_UP, CURSOR_SOURCE, BACKLOG_SOURCE, SCRAPE, TOKEN_BUCKET)
+    arguments = ", ".join(f"'{value}'" for value in constants)
     return rows.sparkSession.sql(f"SELECT * FROM {DISPATCH_SCAN_FUNCTION}(TABLE({{rows}}), {arguments})", rows=rows)
 
 
