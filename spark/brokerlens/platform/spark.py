@@ -188,7 +188,13 @@ def java_options() -> str:
     # The parallel collector, not G1 (the JVM's default): Spark's stages make short-lived garbage
     # fast, and G1's write barriers and concurrent work take CPU from the tasks on a machine of
     # few cores (docs/benchmarks.md: the large day's 2 hours landed and built 12 % faster).
-    return f"-Dlog4j2.configurationFile=file:{log4j} -Duser.timezone=UTC -XX:-DontCompileHugeMethods -XX:ReservedCodeCacheSize=240m -XX:+UseParallelGC"
+    # HotSpot's optimising compiler (C2) takes a method once it ran 5,000 times or looped 40,000
+    # times: every query's generated classes reach that, and compiling them took a core of two
+    # for most of a new JVM's first land, silver and gold (its compiler threads' time 140 s of
+    # 280 s of CPU on the large day's 2 hours). Ten times those thresholds leave the code that is
+    # only warm to the quick compiler (docs/benchmarks.md).
+    tier4 = "-XX:Tier4InvocationThreshold=50000 -XX:Tier4MinInvocationThreshold=6000 -XX:Tier4CompileThreshold=150000 -XX:Tier4BackEdgeThreshold=400000"
+    return f"-Dlog4j2.configurationFile=file:{log4j} -Duser.timezone=UTC -XX:-DontCompileHugeMethods -XX:ReservedCodeCacheSize=240m -XX:+UseParallelGC {tier4}"
 
 
 def class_archive(jars: Sequence[Path]) -> Path:
