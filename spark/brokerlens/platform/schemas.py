@@ -113,7 +113,8 @@ class TableSchema:
 
 
 def _load(path: Path) -> TableSchema:
-    doc = yaml.safe_load(path.read_text())
+    # libyaml's parser where PyYAML has it (its wheels do): every stage's process loads them all.
+    doc = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     try:
         columns = tuple(Column(**c) for c in doc["columns"])
         schema = TableSchema(
