@@ -69,9 +69,9 @@ public final class DispatchScan {
    * {@code caughtUp} is the cursor state whose records are not charged unless
    * throttle_non_backlog (AbstractBaseDispatcher); {@code cursorSource} the {@code source} of the
    * cursor snapshot rows, which carry their state in {@code _cursor_state}; {@code backlogSource}
-   * that of the backlog markers (null: no starved empty periods counted); {@code scrapeGrain} the {@code grain} of counter rows and
-   * {@code tokenBucket} the {@code limiter_model} judged as a bucket; {@code zone} the session's
-   * time zone (midnight, where a day's last gap ends).
+   * that of the backlog markers (null: no starved empty periods counted); {@code scrapeGrain} the
+   * {@code grain} of counter rows and {@code tokenBucket} the {@code limiter_model} judged as a
+   * bucket; {@code zone} the session's time zone (midnight, where a day's last gap ends).
    */
   public static Layout layout(
       StructType in, List<String> scope, String caughtUp, String cursorSource, String backlogSource,
@@ -97,7 +97,7 @@ public final class DispatchScan {
     final UTF8String caughtUp, cursorSource, backlogSource, scrapeGrain, tokenBucket;
     // The starved empty periods' inputs (-1: no backlog source or _backlogged column, none counted).
     final int backlogged, intervalSeconds, periodSeconds, grain, limiterModel, day;
-    final String zone;
+    final ZoneId zone;
 
     Layout(
         StructType in, List<String> scopeColumns, String caughtUp, String cursorSource, String backlogSource,
@@ -121,7 +121,7 @@ public final class DispatchScan {
       this.backlogSource = backlogSource == null ? null : UTF8String.fromString(backlogSource);
       this.scrapeGrain = scrapeGrain == null ? null : UTF8String.fromString(scrapeGrain);
       this.tokenBucket = tokenBucket == null ? null : UTF8String.fromString(tokenBucket);
-      this.zone = ZoneId.of(zone).getId(); // a clear error at planning on an unknown zone
+      this.zone = ZoneId.of(zone); // a clear error at planning on an unknown zone
       boolean counted = backlogSource != null && Arrays.asList(in.fieldNames()).contains("_backlogged");
       backlogged = counted ? field(in, "_backlogged", DataTypes.BooleanType) : -1;
       intervalSeconds = counted ? field(in, "interval_seconds", DataTypes.DoubleType) : -1;
@@ -168,8 +168,9 @@ public final class DispatchScan {
     final long[] credit = new long[2]; // after the scope's last limited row
     final Long[] lastDelivery = new Long[2]; // the quota integrated to the stretch's last delivery
     // The held row's gap: its start, rate period and most periods at 0 (null: none), midnight.
-    Long gapFrom, gapPeriod;
-    long gapZero, gapDayEnd;
+    Long gapPeriod;
+    long gapFrom, gapZero, gapDayEnd;
+    int dayEnded = Integer.MIN_VALUE; // the day whose midnight gapDayEnd is
     boolean heldIsRecord;
     Boolean backlog; // the latest backlog marker's state (null: none yet)
     Boolean backlogBefore; // ... when the held row was read
@@ -303,7 +304,11 @@ public final class DispatchScan {
       long t0 = row.getLong(l.t0);
       gapFrom = t0 + (long) Math.floor(row.getDouble(l.intervalSeconds) * US + 0.5);
       gapPeriod = row.isNullAt(l.periodSeconds) ? null : row.getInt(l.periodSeconds) * US;
-      gapDayEnd = LocalDate.ofEpochDay(row.getInt(l.day) + 1L).atStartOfDay(ZoneId.of(l.zone)).toEpochSecond() * US;
+      int day = row.getInt(l.day);
+      if (day != dayEnded) { // a scope's rows are of one day or two: not a time-zone lookup a row
+        gapDayEnd = LocalDate.ofEpochDay(day + 1L).atStartOfDay(l.zone).toEpochSecond() * US;
+        dayEnded = day;
+      }
       boolean scrape = l.scrapeGrain.equals(row.getUTF8String(l.grain));
       boolean bucket = scrape || (!row.isNullAt(l.limiterModel) && l.tokenBucket.equals(row.getUTF8String(l.limiterModel)));
       long zero = 0;
