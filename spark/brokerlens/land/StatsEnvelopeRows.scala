@@ -7,6 +7,7 @@ import scala.jdk.CollectionConverters._
 
 import com.fasterxml.jackson.core.StreamReadFeature
 import com.fasterxml.jackson.core.json.JsonReadFeature
+import com.fasterxml.jackson.core.util.ByteArrayBuilder
 import com.fasterxml.jackson.databind.{DeserializationFeature, JsonNode, ObjectMapper}
 import com.fasterxml.jackson.databind.json.JsonMapper
 import com.fasterxml.jackson.databind.node.{BooleanNode, DoubleNode, IntNode, LongNode, TextNode}
@@ -190,21 +191,76 @@ case class StatsEnvelopeRows(args: Seq[Expression], timeZoneId: Option[String] =
     }
     val stats = envelope.get("stats")
     if (stats == null || !stats.isObject) return false
-    val bytes = Mapper.writeValueAsBytes(envelope)
-    val hash = XXH64.hashUnsafeBytes(bytes, Platform.BYTE_ARRAY_OFFSET, bytes.length, HashSeed)
+    val text = new Rendered(envelope)
+    val hash = XXH64.hashUnsafeBytes(text.bytes, Platform.BYTE_ARRAY_OFFSET, text.bytes.length, HashSeed)
     val head = Array[Any](false, record, hash, collectedAt, UTF8String.fromString(cluster), broker)
     stats.get("partitions") match {
       // Partitioned stats without per-partition detail are one topic's, as are a topic's own.
-      case p if p == null || (p.isObject && p.size == 0) => statsRows(head, topic, partitioned(topic), stats, out)
+      case p if p == null || (p.isObject && p.size == 0) => statsRows(head, topic, partitioned(topic), stats, text, out)
       case partitions if partitions.isObject =>
         val base = UTF8String.fromString(topic)
-        partitions.properties().asScala.forall(p => statsRows(head, p.getKey, base, p.getValue, out))
+        partitions.properties().asScala.forall(p => statsRows(head, p.getKey, base, p.getValue, text, out))
       case _ => false
     }
   }
 
+  /** The envelope's text, as `Mapper.writeValueAsBytes` renders it, with where in it lies each value
+   * a row keeps as text (a stats object's verbatim keys and children, the envelope's own or each
+   * partition's): those texts are slices of it. Rendering them again took as long as the envelope
+   * (a third of this reader's time on the large day). The stats objects on that path are written by
+   * ObjectNode.serialize's own steps, everything else by the nodes themselves. */
+  private final class Rendered(envelope: JsonNode) {
+    private val out = new ByteArrayBuilder()
+    private val gen = Mapper.createGenerator(out)
+    private val provider = Mapper.getSerializerProviderInstance
+    private val ranges = new java.util.IdentityHashMap[JsonNode, (Int, Int)]()
+
+    private def members(node: JsonNode)(write: (String, JsonNode) => Unit): Unit = {
+      gen.writeStartObject(node)
+      for (p <- node.properties().asScala) {
+        gen.writeFieldName(p.getKey)
+        write(p.getKey, p.getValue)
+      }
+      gen.writeEndObject()
+    }
+
+    private def kept(node: JsonNode): Unit = {
+      gen.flush()
+      val start = out.size + 1 // after the ':' the compact generator writes before a member's value
+      node.serialize(gen, provider)
+      gen.flush()
+      ranges.put(node, (start, out.size))
+    }
+
+    private def stats(node: JsonNode): Unit =
+      if (!node.isObject) node.serialize(gen, provider)
+      else members(node) {
+        case (key, value) if spec.verbatim.contains(key) => kept(value)
+        case (key, value) if key == spec.children && spec.childJson && value.isObject => members(value)((_, child) => kept(child))
+        case ("partitions", value) if value.isObject => members(value)((_, partition) => stats(partition))
+        case (_, value) => value.serialize(gen, provider)
+      }
+
+    members(envelope) {
+      case ("stats", value) => stats(value)
+      case (_, value) => value.serialize(gen, provider)
+    }
+    gen.close()
+    val bytes: Array[Byte] = out.toByteArray
+
+    /** A value's text as Spark's from_json renders a value it reads as a string (a string as itself). */
+    def apply(node: JsonNode): UTF8String = node match {
+      case null => null
+      case n if n.isNull => null
+      case t: TextNode => UTF8String.fromString(t.textValue)
+      case n =>
+        val (start, end) = ranges.get(n)
+        UTF8String.fromBytes(bytes, start, end - start)
+    }
+  }
+
   /** One topic's (or partition's) rows: one per child, or one without a child. */
-  private def statsRows(head: Array[Any], topic: String, partitionedTopic: UTF8String, stats: JsonNode,
+  private def statsRows(head: Array[Any], topic: String, partitionedTopic: UTF8String, stats: JsonNode, text: Rendered,
       out: ArrayBuffer[InternalRow]): Boolean = {
     if (!stats.isObject) return false
     val topicStats = typed(stats, spec.topic, topic).getOrElse(return false)
@@ -318,13 +374,6 @@ case class StatsEnvelopeRows(args: Seq[Expression], timeZoneId: Option[String] =
     case _ => None
   }
 
-  /** A value's text as Spark's from_json renders a value it reads as a string (a string as itself). */
-  private def text(node: JsonNode): UTF8String = node match {
-    case null => null
-    case n if n.isNull => null
-    case t: TextNode => UTF8String.fromString(t.textValue)
-    case n => UTF8String.fromBytes(Mapper.writeValueAsBytes(n))
-  }
 }
 
 object StatsEnvelopeRows {
