@@ -48,6 +48,9 @@ TAKEN = {
     "broker-2_8080@1000.prom": f'# TYPE pulsar_out_messages_total counter\n{OUT.replace("c1", "c2")} 7 {AT_MS}\nup{{cluster="c9"}} 1',
     "no-timestamps.prom": f'{OUT} 3\npulsar_out_bytes_total{{topic="persistent://t/ns/x"}} 300\n',
     "comments-only.prom": "# HELP up whether it is up\n# TYPE up gauge\n",
+    # Samples the reader scans instead of matching (a family that does not land): a brace in a
+    # label, tabs, a character that is not ASCII (which the regex judges).
+    "scanned.prom": HEADER + 'up{a="}",b="{"} 1\ngo_threads\t7\t1795255200000\nup{note="caf\u00e9"} 1\n',
 }
 # Pages the general parser must read: it finds a problem in each, or splits or reads a value the
 # reader does not (a carriage return, a hexadecimal value, white space around a line).
@@ -66,6 +69,10 @@ LEFT = {
     "not-a-sample.prom": HEADER + "this is not a sample line at all {\n",
     "trailing-space.prom": HEADER + f"{OUT} 1 \n",
     "file-time-outside-day.prom": f"{OUT} 1\n",
+    # Not samples, whatever lands: text after the last brace, no blank before the value, a third number.
+    "brace-after-value.prom": HEADER + 'up{a="b"} 1 }\n',
+    "no-blank-before-value.prom": HEADER + 'up{a="b"}1\n',
+    "three-numbers.prom": HEADER + "up 1 2 3\n",
 }
 
 
