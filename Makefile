@@ -21,12 +21,12 @@ lint: bootstrap ## ruff (lint, format check) and mypy
 
 ## make test: the test suite CI runs (real Spark, Delta, Airflow, SMTP, headless Chromium, a live
 ## Pulsar broker; the browser and Prometheus are installed if missing: infra/install-test-tools.sh):
-## every test but those marked heavy, on three pytest-xdist workers (tests/conftest.py: the tests
-## that wait on a live broker or Airflow run beside the rest; 1,225 s against 1,438 s on two,
-## 2026-12-06, 2 cores, docs/benchmarks.md). PYTEST_ARGS passes anything else to pytest.
-test: bootstrap lint ## make lint, then the test suite (all but the heavy tests) on three pytest-xdist workers
+## every test but those marked heavy, on two pytest-xdist workers (tests/conftest.py: the tests
+## that wait on a live broker or Airflow run beside the rest; 1,389 s against 1,720 s in one
+## process, 2026-11-29, 2 cores). PYTEST_ARGS passes anything else to pytest.
+test: bootstrap lint ## make lint, then the test suite (all but the heavy tests) on two pytest-xdist workers
 	infra/install-test-tools.sh
-	$(VENV)/pytest -m "not heavy" -n 3 $(PYTEST_ARGS)
+	$(VENV)/pytest -m "not heavy" -n 2 $(PYTEST_ARGS)
 
 ## make test-all: make test and the heavy tests (the wheel in a fresh venv, the standalone Spark
 ## cluster, the bench harness end to end, the daily DAG run twice, the docs'

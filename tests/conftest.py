@@ -26,12 +26,12 @@ os.environ.pop("BROKERLENS_CONFIG", None)
 os.environ.setdefault(JIT_ENV, "-XX:TieredStopAtLevel=1")
 
 
-# make test runs three pytest-xdist workers. The tests that mostly wait on other processes (a live
+# make test runs two pytest-xdist workers. The tests that mostly wait on other processes (a live
 # broker, Airflow's runs) are one unit of work, run by one worker in file order, which also keeps
 # one pool of brokers and its ports; every other file is a unit of its own, handed to whichever
-# worker is free, so the in-process Spark tests of the other two fill what the waiting ones leave
-# idle. The units are handed out in the order below: the waiting ones, then the longest files
-# (440, 429 and 205 s each in a run of 2026-12-06), so that no worker ends alone on one of them.
+# worker is free, so the in-process Spark tests fill the core the waiting ones leave idle. The
+# units are handed out in the order below: the waiting ones, then the longest files (about 300,
+# 290 and 210 s each in a run of 2026-11-29), so that no worker ends alone on one of them.
 WAITING = ("test_dags.py", "test_daily_dag_e2e.py", "test_pulsar_fixture.py")
 LONGEST = ("test_timezones.py", "test_alerting_delivery.py", "test_tables.py")
 
