@@ -64,14 +64,17 @@ def _build_one(spark: SparkSession, day: date, settings: DispatchStepSettings, r
     neither kept nor read, which a daily run (the latest day) does not need."""
     with ExitStack() as kept:  # the frames persisted below, unpersisted however the day ends
         intervals = read_table("dispatch_intervals", spark=spark, settings=settings).where(F.col("day") == F.lit(day))
-        limits = read_table("rate_limits", spark=spark, settings=settings).where(F.col("day") == F.lit(day))
+        # The day's limits and the brokers' models are small and read by every query below, each
+        # of which would plan (and run) their reads, windows and joins again: kept once each,
+        # computed up front. A small day's gold, warm: 385 stages against 438 (207 jobs, 227).
+        limits = read_table("rate_limits", spark=spark, settings=settings).where(F.col("day") == F.lit(day)).localCheckpoint()
         state = read_table("debt_state", spark=spark, settings=settings)
         opening = kept.enter_context(persisted(state.where(F.col("day") == F.lit(day - timedelta(days=1)))))
         if compare:
             previous = kept.enter_context(persisted(state.where(F.col("day") == F.lit(day))))
             previous.count()  # pin the stored closing debt before it is replaced
 
-        models = kept.enter_context(persisted(_day_models(spark, day, settings, intervals, opening)))
+        models = _day_models(spark, day, settings, intervals, opening).localCheckpoint()
         # The day before too: the latest snapshot at or before the day's first periods.
         snapshots = read_table("cursor_snapshots", spark=spark, settings=settings).where(F.col("day").between(F.lit(day - timedelta(days=1)), F.lit(day)))
         partition = [{"day": day}]
