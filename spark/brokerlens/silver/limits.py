@@ -125,7 +125,7 @@ def rate_limits(policies: DataFrame, seen: DataFrame, day: date) -> DataFrame:
     # once each, a small day's plan runs 39 stages instead of 100 (44 window operators), in
     # 1.8 s instead of 3.8 s, warm (medians).
     records = latest_records(policies, day).withColumn("_day", F.lit(day)).localCheckpoint()
-    partitions, brokers = (targets.localCheckpoint() for targets in limit_targets(seen, records))
+    partitions, brokers = (frame.localCheckpoint() for frame in limit_targets(seen, records))
     rates = policy_intervals(records).where((F.col("valid_to") > F.lit(start)) & (F.col("valid_from") < F.lit(end))).localCheckpoint()
     keys = broker_key_intervals(records, brokers).where((F.col("valid_to") > F.lit(start)) & (F.col("valid_from") < F.lit(end))).localCheckpoint()
 
