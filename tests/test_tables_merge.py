@@ -67,3 +67,14 @@ def test_merges_at_once_in_one_session_each_find_their_own_commit(spark, setting
     assert len({r.version for r in results}) == 6
     # The first merge of a day inserts its topics (and D1's deletes t0); the next two update them.
     assert [r.rows for r in one] == [1, 1, 1] and [r.rows for r in two] == [2, 2, 2]
+
+
+def test_the_warning_of_a_merges_checkpointed_source_is_left_out(spark):
+    """Delta runs a MERGE from a locally checkpointed copy of its source and unpersists it after,
+    and Spark warns of that on every MERGE, through the RDD's logger ("RDD n was locally
+    checkpointed, its lineage has been truncated ..."): nothing an operator can act on, in every
+    build's log. brokerlens' log4j2 settings (platform/log4j2.properties) keep that logger to errors."""
+    log4j = spark.sparkContext._jvm.org.apache.logging.log4j.LogManager
+    assert not log4j.getLogger("org.apache.spark.rdd.MapPartitionsRDD").isWarnEnabled()
+    assert log4j.getLogger("org.apache.spark.rdd.MapPartitionsRDD").isErrorEnabled()
+    assert log4j.getLogger("org.apache.spark.scheduler.DAGScheduler").isWarnEnabled()  # Spark's other warnings stay
