@@ -20,7 +20,7 @@ from .dag import bench_dag, bench_dag_against_stage_server
 from .generate import DEFAULT_SIZES, PERIODS_PER_DAY
 from .harness import Bench, bench_days, bench_demo_day, bench_landing, bench_sizes
 from .interceptor import SECONDS, WARMUP_SECONDS, bench_interceptor
-from .large import LARGE_MINUTES, bench_large_day
+from .large import LARGE_MINUTES, large_day_in_own_process
 from .stage_server_commit import DISPATCH_RATIOS, bench_dispatch_against_stage_server
 
 log = logging.getLogger("brokerlens.bench")
@@ -109,7 +109,8 @@ def run(
                 "rows_per_second_per_core": "rows / seconds / cores (Spark local[*] and DuckDB threads on the same cores)",
                 "memory": "peak RSS sampled every 0.1 s: the driver JVM (runs the tasks in local mode), this "
                 "Python process (DuckDB runs in it), Spark's Python workers summed, and the JVM's heap in use; the JVM's old generation peak from its MXBean",
-                "large_day": "the first minutes of a generated day (brokerlens_bench.large_files) through the daily steps; "
+                "large_day": "the first minutes of a generated day (brokerlens_bench.large_files) through the daily steps, "
+                "in a process of its own after the smallest window once to warm it up (large_day_in_own_process); "
                 "per stage rows_in are the rows of the layer it reads (landing records, bronze, silver or gold "
                 "rows), rows_out what it wrote. Projection (project_day): the seconds per minute of data (the "
                 "difference of the two largest windows) grow linearly with minutes x partitions and shrink "
@@ -144,7 +145,7 @@ def run(
             results["demo_day"] = _guarded("demo_day", lambda: bench_demo_day(bench, work, demo_day_scale, day))
             save()
         if large_partitions:
-            results["large_day"] = _guarded("large_day", lambda: bench_large_day(bench, work, large_partitions, large_minutes, day))
+            results["large_day"] = _guarded("large_day", lambda: large_day_in_own_process(work, large_partitions, large_minutes, day))
             save()
         if dag:
             results["dag"] = _guarded("dag", lambda: bench_dag(work, day))
