@@ -3,7 +3,6 @@ whole day projected from their difference."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import os
@@ -31,15 +30,15 @@ LARGE_MINUTES = (5, 120)
 def large_day_in_own_process(work: Path, partitions: int, windows: tuple[int, ...], day: date) -> dict:
     """``bench_large_day`` in a process of its own (Python and JVM), as a day's `brokerlens run`
     is, not in the JVM that ran the bench's other sections before it: what they leave live in
-    it (Spark's status store, the generated classes it caches, Delta's table states) was 270 to
-    320 MB after the days, landing and demo-day sections against 44 MB in a new one, and in the
-    2 GB heap left the 2 hours' build silver 54 s instead of 33 s, or out of memory ("GC
-    overhead limit exceeded") (docs/benchmarks.md). The process runs the smallest window once
+    it (Spark's status store, the generated classes it caches, Delta's table states) was 296 to
+    352 MB after the landing and demo-day sections against 44 MB in a new one, and in the 2 GB
+    heap left the 2 hours' build silver 54 s instead of 33 s, or out of memory ("GC overhead
+    limit exceeded") (docs/benchmarks.md). The process runs the smallest window once
     before the measured ones: measured first in a new JVM, its compilation would count as data
     and lower the projection's part per minute."""
     out = work / "large-day.json"
     out.unlink(missing_ok=True)
-    command = ["-m", "brokerlens_bench.large", "--partitions", str(partitions), "--minutes", ",".join(map(str, windows))]
+    command = ["-m", "brokerlens_bench.large_process", "--partitions", str(partitions), "--minutes", ",".join(map(str, windows))]
     command += ["--day", day.isoformat(), "--work", str(work), "--out", str(out)]
     # Its log goes to this process's (the steps' progress); its figures come back in a file.
     proc = subprocess.run([sys.executable, *command], env={**os.environ, "BROKERLENS_HOME": str(work / "large-day-process")})
@@ -161,36 +160,3 @@ def project_day(windows: list[dict], partitions: int, cores: int, day_minutes: i
         "seconds_per_minute_of_data": round(per_minute, 2),
         "days": [day(partitions, cores), *(day(p, c) for p, c in PROJECTED)],
     }
-
-
-def main(argv: list[str] | None = None) -> None:
-    """``python -m brokerlens_bench.large``: ``bench_large_day`` in this process, its figures
-    written to ``--out`` (``large_day_in_own_process`` runs it)."""
-    from brokerlens.platform import logs
-    from brokerlens.platform.jvm import default_parallelism
-    from brokerlens.platform.spark import get_spark
-    from brokerlens.settings import Settings, get_settings
-
-    parser = argparse.ArgumentParser(prog="python -m brokerlens_bench.large", description=main.__doc__)
-    parser.add_argument("--partitions", type=int, required=True)
-    parser.add_argument("--minutes", required=True, help="windows, comma-separated")
-    parser.add_argument("--day", type=date.fromisoformat, required=True)
-    parser.add_argument("--work", type=Path, required=True)
-    parser.add_argument("--out", type=Path, required=True)
-    args = parser.parse_args(argv)
-    logs.configure(0)
-    spark = get_spark(get_settings())
-    bench = Bench(spark, default_parallelism(spark))
-    try:
-        windows = tuple(int(m) for m in args.minutes.split(","))
-        warm_up = args.work / "large-home-warm-up"
-        log.info("large day: the first %s minutes once to warm the JVM up, not measured", min(windows))
-        large_window(bench, Settings(home=warm_up), args.partitions, min(windows), args.day)
-        shutil.rmtree(warm_up, ignore_errors=True)
-        args.out.write_text(json.dumps(bench_large_day(bench, args.work, args.partitions, windows, args.day), indent=1) + "\n")
-    finally:
-        bench.close()
-
-
-if __name__ == "__main__":
-    main()
