@@ -50,7 +50,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--days-partitions", type=int, default=DEFAULT_SIZES[1], help="size of the 3 consecutive days built through the table layer (0: skip)")
     parser.add_argument("--land-scales", default="1,10", help="demo-data scales for the landing stage, with its floor ('' to skip)")
     parser.add_argument(
-        "--rounds", type=int, default=3, help="runs of the plain pass, dispatch_periods and DuckDB per size, alternated; the median is reported"
+        "--rounds",
+        type=int,
+        default=3,
+        help="runs of the plain pass, dispatch_periods and DuckDB per size, and of land and its floor per demo scale, alternated; the median is reported",
     )
     parser.add_argument(
         "--variant-sizes", default=str(DEFAULT_SIZES[1]), help="sizes (partitions) at which the dispatch_periods setting variants also run ('' to skip)"

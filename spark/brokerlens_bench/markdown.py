@@ -44,7 +44,9 @@ def markdown(results: dict) -> str:
         ]
     for entry in results.get("landing", []) if isinstance(results.get("landing"), list) else []:
         lines.append(
-            f"Landing at demo scale {entry['scale']:g} ({entry['landing_files_mb']} MB of landing files): {entry['seconds']} s, {entry['rows']:,} bronze rows."
+            f"Landing at demo scale {entry['scale']:g} ({entry['landing_files_mb']} MB of landing files): {entry['seconds']} s, "
+            f"{entry['rows']:,} bronze rows; the median of {len(entry['runs_seconds'])} runs alternated with its floor's "
+            f"({entry['floor']['seconds']} s), after a first run of each (land's, the first in its JVM: {entry['first_run_seconds']} s)."
         )
     demo = results.get("demo_day")
     if isinstance(demo, dict) and "stages" in demo:

@@ -139,7 +139,7 @@ def run(
             results["days"] = _guarded("days", lambda: bench_days(bench, work, days_partitions, day + timedelta(days=1), periods=periods))
             save()
         if land_scales:
-            results["landing"] = _guarded("landing", lambda: bench_landing(bench, work, land_scales, day))
+            results["landing"] = _guarded("landing", lambda: bench_landing(bench, work, land_scales, day, rounds))
             save()
         if demo_day_scale:
             results["demo_day"] = _guarded("demo_day", lambda: bench_demo_day(bench, work, demo_day_scale, day))
