@@ -10,11 +10,12 @@ quarantine row, and the summary counts, per kind, files seen and read, rows and 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import ExitStack
 from datetime import date
 from functools import partial, reduce
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, Row, SparkSession
@@ -26,7 +27,7 @@ from brokerlens.platform.progress import progress
 from brokerlens.platform.schemas import table_schema
 from brokerlens.platform.spark import in_parallel
 from brokerlens.platform.stage import StageResult
-from brokerlens.platform.tables import WriteResult, read_table, write_table
+from brokerlens.platform.tables import write_table
 
 from . import dispatch, internal_stats, metrics, policies, producer_stats, topic_stats
 from .checks import mark_duplicates, quarantine_frame
@@ -200,24 +201,25 @@ def land_day(spark: SparkSession, day: date, settings: LandStepSettings) -> Stag
                 quarantined.append(bad)
         # Folders of no known kind: every file in them is a quarantine row, none is read.
         quarantined += [not_read_frame(spark, f.not_read, day, kind) for kind, f in files.items() if kind not in KINDS]
-        everything = quarantined[0]
-        for frame in quarantined[1:]:
-            everything = everything.unionByName(frame)
-        write = write_table(everything, "quarantine", mode="replace", partitions=[{"day": day, "stage": "land"}], settings=settings)
+        everything = reduce(DataFrame.unionByName, quarantined)
+        # Counted beside the write, from the same rows: each kind's are kept on disk already, so
+        # counting them passes over no parsed rows again.
+        done: Iterator[Any] = in_parallel(
+            spark,
+            [
+                partial(write_table, everything, "quarantine", mode="replace", partitions=[{"day": day, "stage": "land"}], settings=settings),
+                partial(quarantine_counts, everything),
+            ],
+        )
+        write, counts = done
         result.writes.append(write)
-    _summarise(result, files, quarantine_counts(spark, day, write, settings))
+    _summarise(result, files, counts)
     return result
 
 
-def quarantine_counts(spark: SparkSession, day: date, write: WriteResult, settings: LandStepSettings) -> list[Row]:
-    """(kind, reason, count) of the quarantine rows the write committed, from the table: counting
-    the frame instead passed over every kind's parsed rows once more (a large day's whole Pulsar
-    documents, on disk) for a few rows. No commit: Delta had nothing to write (no rows to
-    quarantine, none to replace)."""
-    if write.version is None:
-        return []
-    committed = read_table("quarantine", version=write.version, spark=spark, settings=settings).where((F.col("day") == F.lit(day)) & (F.col("stage") == "land"))
-    return committed.groupBy("kind", "reason").count().orderBy("kind", "reason").collect()
+def quarantine_counts(quarantine: DataFrame) -> list[Row]:
+    """(kind, reason, count) of the ``quarantine`` rows."""
+    return quarantine.groupBy("kind", "reason").count().orderBy("kind", "reason").collect()
 
 
 def _summarise(result: StageResult, files: dict[str, KindFiles], counts: list) -> None:
