@@ -8,7 +8,8 @@ import logging
 import os
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import date, timedelta
 from pathlib import Path
 
@@ -223,15 +224,20 @@ def landing_floor(spark, kinds: dict, out: Path) -> int:
     return rows
 
 
-def measure_floor(bench: Bench, landing_day: Path, out: Path) -> dict:
-    """``landing_floor`` measured on ``landing_day``, after an untimed run (the floor then measures
-    reading and writing, not the JVM's warm-up on JSON; land, measured after it, gets the same
-    warm JVM)."""
-    kinds = floor_schemas(bench.spark, landing_day)
-    landing_floor(bench.spark, kinds, out)
-    measured = bench.measure(lambda: landing_floor(bench.spark, kinds, out))
-    shutil.rmtree(out, ignore_errors=True)
-    return measured
+@contextmanager
+def warm_floor(spark, landing_day: Path, out: Path) -> Iterator[Callable[[], int]]:
+    """``landing_floor`` on ``landing_day`` as a call to measure, after one untimed run (measured,
+    it then reads and writes, without the JVM's warm-up on JSON); its tables are removed after."""
+    kinds = floor_schemas(spark, landing_day)
+
+    def floor() -> int:
+        return landing_floor(spark, kinds, out)
+
+    floor()
+    try:
+        yield floor
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
 
 
 def bench_landing(bench: Bench, work: Path, scales: tuple[float, ...], day: date, rounds: int = 1) -> list[dict]:
@@ -251,7 +257,6 @@ def bench_landing(bench: Bench, work: Path, scales: tuple[float, ...], day: date
         demo = demo_day(day, settings, scale=scale)
         generated = time.perf_counter() - started
         landing_day = settings.landing / day.isoformat()
-        kinds = floor_schemas(bench.spark, landing_day)
         landed: dict = {}
 
         def land() -> int:
@@ -259,16 +264,12 @@ def bench_landing(bench: Bench, work: Path, scales: tuple[float, ...], day: date
             landed.update(result.metrics)
             return sum(w.rows for w in result.writes if w.rows > 0)
 
-        def floor() -> int:
-            return landing_floor(bench.spark, kinds, work / "out-floor")
-
         # Both sides run once before they are measured, as bench_sizes' stages do. The floor's
         # run warms Spark's JSON reader and Delta's writer, not land's own readers and checks,
         # whose first run in the JVM compiles them: kept as first_run_seconds.
         first = bench.measure(land)
-        floor()
-        runs = median_runs(bench, {"land": land, "floor": floor}, rounds)
-        shutil.rmtree(work / "out-floor", ignore_errors=True)
+        with warm_floor(bench.spark, landing_day, work / "out-floor") as floor:
+            runs = median_runs(bench, {"land": land, "floor": floor}, rounds)
         entry = {"scale": scale, "demo_seconds": round(generated, 2), **runs["land"], "first_run_seconds": first["seconds"]}
         entry["floor"] = runs["floor"]
         entry["land/floor"] = ratio(entry, runs["floor"])

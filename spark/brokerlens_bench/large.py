@@ -13,7 +13,7 @@ import time
 from datetime import date
 from pathlib import Path
 
-from .harness import Bench, daily_step, measure_floor, ratio
+from .harness import Bench, daily_step, ratio, warm_floor
 
 log = logging.getLogger("brokerlens.bench")
 
@@ -97,7 +97,8 @@ def large_window(bench: Bench, settings, partitions: int, minutes: int, day: dat
         "stages": {},
     }
     # Land's floor on the same files: what Spark's own JSON reader does per core here.
-    floor = measure_floor(bench, settings.landing / day.isoformat(), settings.home / "out-floor")
+    with warm_floor(bench.spark, settings.landing / day.isoformat(), settings.home / "out-floor") as floor_run:
+        floor = bench.measure(floor_run)
     floor["mb_per_second_per_core"] = round(entry["landing_mb"] / floor["seconds"] / bench.cores, 2)
     entry["floor"] = floor
     rows_in = sum(k["records"] for k in landing.values())
