@@ -26,9 +26,9 @@ def alert_section(spark: SparkSession, day: date, settings: DeliverStepSettings,
         "threshold, forecast when the trend reaches the cap within the horizon. The state follows "
         "the alert across days, so an unchanged alert is not mailed every day.",
     )
-    alerts = day_rows(spark, "hole_alerts", day, settings)
+    alerts = day_rows(spark, "hole_alerts", day, settings, keep=True)
     counts = collect(alerts.groupBy("state", "severity").count())
-    sent = day_rows(spark, "alert_notifications", day, settings).where(F.col("status") == "sent")
+    sent = day_rows(spark, "alert_notifications", day, settings, keep=True).where(F.col("status") == "sent")
     mails = first(sent.agg(F.count(F.lit(1)).alias("mails"), F.countDistinct("group_name").alias("groups")))
     by_state = {s: sum(c["count"] for c in counts if c["state"] == s) for s in STATE_ORDER}
     by_severity = {s: sum(c["count"] for c in counts if c["severity"] == s) for s in ("critical", "warning", "forecast")}

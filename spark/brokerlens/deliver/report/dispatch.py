@@ -62,7 +62,7 @@ def dispatch_section(spark: SparkSession, day: date, settings: DeliverStepSettin
         "Pulsar charges the excess to the following periods as debt; a scope with no allowance left "
         "is starved. Charts: over-delivery per minute and the debt carried out, for the worst scopes.",
     )
-    daily = day_rows(spark, "dispatch_daily", day, settings)
+    daily = day_rows(spark, "dispatch_daily", day, settings, keep=True)
     s = first(
         daily.agg(
             F.count(F.lit(1)).alias("scopes"),

@@ -23,8 +23,8 @@ def producer_section(spark: SparkSession, day: date, settings: DeliverStepSettin
         "pending queue, pending messages across partitions, memory limit, batch bytes, partition "
         "switch frequency, blockIfQueueFull), and how the producers behaved over the day.",
     )
-    lint = day_rows(spark, "producer_lint", day, settings)
-    health = day_rows(spark, "producer_health", day, settings)
+    lint = day_rows(spark, "producer_lint", day, settings, keep=True)
+    health = day_rows(spark, "producer_health", day, settings, keep=True)
     s = first(
         lint.agg(
             F.sum(F.when(F.col("severity") == "error", 1).otherwise(0)).alias("errors"),

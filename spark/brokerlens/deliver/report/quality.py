@@ -24,7 +24,7 @@ def quality_section(spark: SparkSession, day: date, settings: DeliverStepSetting
     )
     from pyspark.sql import Window
 
-    results = day_rows(spark, "validation_results", day, settings)
+    results = day_rows(spark, "validation_results", day, settings, keep=True)
     # Per table: the daily DAG validates bronze and silver in two runs.
     latest = (
         results.withColumn("_last_run", F.max("run_at").over(Window.partitionBy("table_name"))).where(F.col("run_at") == F.col("_last_run")).drop("_last_run")

@@ -20,7 +20,7 @@ def quarantine_section(spark: SparkSession, day: date, settings: DeliverStepSett
         "Landing records that could not be used, by stage, landing kind and reason. Nothing is "
         "dropped silently: each record is in the quarantine table with its file, line and reason.",
     )
-    q = day_rows(spark, "quarantine", day, settings)
+    q = day_rows(spark, "quarantine", day, settings, keep=True, columns=("stage", "kind", "reason", "source_file", "line", "detail"))
     counts = q.groupBy("stage", "kind", "reason").count().orderBy(F.desc("count"), "stage", "kind", "reason")
     total = q.count()
     rows, more = limited(counts, settings.report.max_rows)

@@ -23,7 +23,7 @@ def reload_section(spark: SparkSession, day: date, settings: DeliverStepSettings
         "keeps the first cap + 1 ranges, a crash what the cursor ledger holds; the observed loss is "
         "the acknowledged entries missing after it (else the backlog jump).",
     )
-    events = day_rows(spark, "reload_events", day, settings)
+    events = day_rows(spark, "reload_events", day, settings, keep=True)
     lost = events.where("lost_acknowledgements")
     total, lost_count = events.count(), lost.count()
     headline.append(Number("reloads that lost acknowledgements", fmt(lost_count), "bad" if lost_count else "good"))
