@@ -214,9 +214,7 @@ def tables(
     for name in names or []:
         table_schema(name)  # an unknown name fails with the list of known tables
     settings = get_settings()
-    for info in describe_tables(_spark(settings), settings):
-        if names and info.name not in names:
-            continue
+    for info in describe_tables(_spark(settings), settings, names or ()):
         version = "not written yet" if info.version is None else f"version {info.version}"
         typer.echo(f"{info.name}  [{info.layer}, {version}]  {info.description}")
         for name, type_, description in info.columns:

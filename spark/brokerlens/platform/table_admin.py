@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from functools import partial
 
@@ -54,7 +55,9 @@ class TableInfo:
     columns: list[tuple[str, str, str]]
 
 
-def describe_tables(spark: SparkSession, settings: PlatformSettings) -> list[TableInfo]:
+def describe_tables(spark: SparkSession, settings: PlatformSettings, names: Collection[str] = ()) -> list[TableInfo]:
+    """The tables named (every table when none is), by name: each one's latest version is a
+    ``DESCRIBE HISTORY`` of its own, so only those asked for are read."""
     return [
         TableInfo(
             name,
@@ -64,6 +67,7 @@ def describe_tables(spark: SparkSession, settings: PlatformSettings) -> list[Tab
             [(c.name, c.type, c.description) for c in schema.columns],
         )
         for name, schema in sorted(table_schemas().items())
+        if not names or name in names
     ]
 
 
